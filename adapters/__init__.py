@@ -1,0 +1,51 @@
+"""Wire-format adapters: a wire body in, a :class:`~agentcache.CanonicalRequest` out, and decisions
+(:class:`~agentcache.adapters._plan.WirePlan`) applied back onto a copy of the wire body.
+
+One module per wire format; each exposes ``API``, ``canonicalize(body)`` and ``apply(body, plan)``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from agentcache._canonical import CanonicalRequest
+from agentcache._exceptions import ConfigError
+from agentcache._tokens import TokenCounter
+
+from . import anthropic_messages, openai_chat, openai_responses
+from ._plan import WirePlan
+
+_ADAPTERS: dict[str, ModuleType] = {
+    anthropic_messages.API: anthropic_messages,
+    openai_chat.API: openai_chat,
+    openai_responses.API: openai_responses,
+}
+
+
+def adapter_for(api: str) -> ModuleType:
+    """The adapter module for ``api`` (``anthropic.messages``, ``openai.chat``, ``openai.responses``).
+
+    Raises ConfigError for an unknown api.
+    """
+    try:
+        return _ADAPTERS[api]
+    except KeyError:
+        raise ConfigError(f"unknown api {api!r}; expected one of {sorted(_ADAPTERS)}") from None
+
+
+def canonicalize(api: str, body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
+    """Canonical request for a wire ``body`` of format ``api``. Raises InputError on a malformed body."""
+    mod = adapter_for(api)
+    result: CanonicalRequest = mod.canonicalize(body, counter=counter)
+    return result
+
+
+def apply(api: str, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+    """A new wire body with ``plan`` applied; ``body`` itself is never mutated."""
+    mod = adapter_for(api)
+    result: dict[str, Any] = mod.apply(body, plan)
+    return result
+
+
+__all__ = ["WirePlan", "adapter_for", "apply", "canonicalize"]

@@ -1,0 +1,78 @@
+"""Copy-on-write edits of JSON wire bodies addressed by unit paths (``messages[5].content[0]``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from agentcache._exceptions import InputError
+
+from ._plan import KEEP, WirePlan
+
+_TOKEN = re.compile(r"([A-Za-z_]+)|\[(\d+)\]")
+
+
+def parse_path(path: str) -> list[str | int]:
+    """``"messages[5].content[0]"`` → ``["messages", 5, "content", 0]``."""
+    return [name if name else int(idx) for name, idx in _TOKEN.findall(path)]
+
+
+def get_path(root: Any, path: str) -> Any:
+    """The value at ``path`` in ``root``; raises KeyError/IndexError when absent."""
+    cur = root
+    for key in parse_path(path):
+        cur = cur[key]
+    return cur
+
+
+def set_path(root: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``root`` with ``path`` set to ``value``; containers along the path are copied,
+    everything else is shared (the caller's body is never mutated)."""
+    keys = parse_path(path)
+
+    def rec(node: Any, i: int) -> Any:
+        if i == len(keys):
+            return value
+        key = keys[i]
+        new = list(node) if isinstance(node, list) else dict(node)
+        new[key] = rec(node[key], i + 1)  # type: ignore[index]
+        return new
+
+    result: dict[str, Any] = rec(root, 0)
+    return result
+
+
+def apply_common(
+    body: dict[str, Any],
+    plan: WirePlan,
+    set_markers: Callable[[dict[str, Any], tuple[tuple[str, str], ...]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Apply replace → tool_order → cache_key → markers; ``set_markers`` is the format's marker writer."""
+    out = dict(body)
+    for path, value in plan.replace.items():
+        out = set_path(out, path, value)
+    if plan.tool_order is not None:
+        tools = out.get("tools") or []
+        if sorted(plan.tool_order) != list(range(len(tools))):
+            raise InputError(f"tool_order {plan.tool_order} is not a permutation of {len(tools)} tools")
+        out["tools"] = [tools[i] for i in plan.tool_order]
+    if plan.cache_key is not KEEP:
+        if plan.cache_key is None:
+            out.pop("prompt_cache_key", None)
+        else:
+            out["prompt_cache_key"] = plan.cache_key
+    if set_markers is not None and (plan.markers is not None or plan.top_marker is not None):
+        out = set_markers(out, plan.markers if plan.markers is not None else ())
+        if plan.top_marker is False:
+            out.pop("cache_control", None)
+        elif plan.top_marker is True and "cache_control" not in out:
+            out["cache_control"] = {"type": "ephemeral"}
+    return out
+
+
+def require_dict(body: Any, api: str) -> dict[str, Any]:
+    """``body`` if it is a JSON object with a list ``messages``/``input``; else InputError."""
+    if not isinstance(body, dict):
+        raise InputError(f"{api} body must be a JSON object, got {type(body).__name__}")
+    return body

@@ -1,0 +1,110 @@
+"""Anthropic Messages API (``POST /v1/messages``) ⇄ canonical model.
+
+Prefix order tools → system → messages, per "Prompt caching" in the Anthropic docs
+(platform.claude.com/docs/en/build-with-claude/prompt-caching, "What invalidates the cache": a change
+of ``tool_choice`` or of thinking parameters invalidates message blocks but keeps tools and system;
+so those options sit between system and messages). Markers are ``cache_control`` on tools, system
+blocks and message content blocks, plus an optional top-level ``cache_control`` (automatic caching).
+Request shape: ``anthropic.types.MessageCreateParams``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentcache._canonical import Builder, CanonicalRequest, Marker, dumps
+from agentcache._exceptions import InputError
+from agentcache._tokens import TokenCounter
+
+from ._plan import WirePlan
+from ._wire import apply_common, get_path, require_dict, set_path
+
+API = "anthropic.messages"
+#: Options that invalidate message blocks but not tools/system.
+MESSAGE_LEVEL_OPTIONS = ("tool_choice", "thinking")
+
+
+def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
+    """Canonical request of an Anthropic Messages body. Raises InputError if malformed."""
+    body = require_dict(body, API)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InputError("anthropic.messages body needs a 'messages' list")
+    b = Builder(API, str(body.get("model", "")), counter)
+    b.option("model", body.get("model"))
+    for i, tool in enumerate(body.get("tools") or []):
+        name = tool.get("name") if isinstance(tool, dict) else None
+        b.add(f"tools[{i}]", "tool", tool, name=name)
+    system = body.get("system")
+    if isinstance(system, str):
+        if system:
+            b.add("system", "system", system)
+    elif isinstance(system, list):
+        for i, blk in enumerate(system):
+            b.add(f"system[{i}]", "system", blk)
+    for key in MESSAGE_LEVEL_OPTIONS:
+        if key in body:
+            b.option(key, body[key])
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or "role" not in msg:
+            raise InputError(f"messages[{i}] is not a message object with a role")
+        env = dumps({"role": msg["role"]})
+        content = msg.get("content")
+        if isinstance(content, list) and content:
+            for j, blk in enumerate(content):
+                b.add(f"messages[{i}].content[{j}]", "message", blk, env=env, message=i)
+        else:
+            b.add(f"messages[{i}].content", "message", content, env=env, message=i)
+    top = body.get("cache_control")
+    top_marker = Marker(str(top.get("ttl", "5m")), top) if isinstance(top, dict) else None
+    return b.build(top_marker=top_marker)
+
+
+def _with_marker(unit: Any, ttl: str | None) -> Any:
+    """``unit`` with a ``cache_control`` of ``ttl`` (None removes it); strings become a text block."""
+    if isinstance(unit, str):
+        if ttl is None:
+            return unit
+        unit = {"type": "text", "text": unit}
+    if not isinstance(unit, dict):
+        return unit
+    out = {k: v for k, v in unit.items() if k != "cache_control"}
+    if ttl is not None:
+        out["cache_control"] = {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
+    return out
+
+
+def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A copy of ``body`` whose block markers are exactly ``markers`` (``(path, ttl)`` pairs)."""
+    want = dict(markers)
+    out = body
+    paths: list[str] = [f"tools[{i}]" for i, _ in enumerate(body.get("tools") or [])]
+    system = body.get("system")
+    if isinstance(system, list):
+        paths += [f"system[{i}]" for i in range(len(system))]
+    elif isinstance(system, str) and system:
+        paths.append("system")
+    for i, msg in enumerate(body.get("messages") or []):
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list) and content:
+            paths += [f"messages[{i}].content[{j}]" for j in range(len(content))]
+        else:
+            paths.append(f"messages[{i}].content")
+    for path in paths:
+        unit = get_path(out, path)
+        has = isinstance(unit, dict) and "cache_control" in unit
+        ttl = want.pop(path, None)
+        if ttl is None and not has:
+            continue
+        new = _with_marker(unit, ttl)
+        if path.endswith(".content") or path == "system":
+            new = [new] if isinstance(new, dict) else new
+        out = set_path(out, path, new)
+    if want:
+        raise InputError(f"marker paths not in body: {sorted(want)}")
+    return out
+
+
+def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+    """A new body with ``plan`` applied (``body`` is not mutated)."""
+    return apply_common(body, plan, set_markers)

@@ -1,0 +1,69 @@
+"""OpenAI Chat Completions (``POST /v1/chat/completions``) ⇄ canonical model.
+
+OpenAI caches the longest previously seen prefix automatically (platform.openai.com/docs/guides/
+prompt-caching): tools and messages in order; ``prompt_cache_key`` partitions the cache (a routing
+hint, kept outside the block chain). System and developer messages form the ``system`` section.
+Request shape: ``openai.types.chat.CompletionCreateParams``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentcache._canonical import Builder, CanonicalRequest, dumps
+from agentcache._exceptions import InputError
+from agentcache._tokens import TokenCounter
+
+from ._plan import WirePlan
+from ._wire import apply_common, require_dict
+
+API = "openai.chat"
+#: Options rendered with the tool definitions, ahead of the messages.
+TOOL_LEVEL_OPTIONS = ("tool_choice", "parallel_tool_calls", "response_format")
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def retention_of(body: dict[str, Any]) -> str | None:
+    """``prompt_cache_retention`` (deprecated) or ``prompt_cache_options.ttl``/``mode``, if given."""
+    opts = body.get("prompt_cache_options")
+    if isinstance(opts, dict):
+        return str(opts.get("ttl") or opts.get("mode") or "") or None
+    value = body.get("prompt_cache_retention")
+    return str(value) if value else None
+
+
+def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
+    """Canonical request of a Chat Completions body. Raises InputError if malformed."""
+    body = require_dict(body, API)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise InputError("openai.chat body needs a 'messages' list")
+    b = Builder(API, str(body.get("model", "")), counter)
+    b.option("model", body.get("model"))
+    for i, tool in enumerate(body.get("tools") or []):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else (tool.get("name") if isinstance(tool, dict) else None)
+        b.add(f"tools[{i}]", "tool", tool, name=name)
+    for key in TOOL_LEVEL_OPTIONS:
+        if key in body:
+            b.option(key, body[key])
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or "role" not in msg:
+            raise InputError(f"messages[{i}] is not a message object with a role")
+        section = "system" if msg["role"] in SYSTEM_ROLES else "message"
+        env = dumps({k: v for k, v in msg.items() if k not in ("content", "tool_calls")})
+        content = msg.get("content")
+        calls = msg.get("tool_calls") or []
+        if isinstance(content, list) and content:
+            for j, part in enumerate(content):
+                b.add(f"messages[{i}].content[{j}]", section, part, env=env, message=i)
+        elif content not in (None, "") or not calls:
+            b.add(f"messages[{i}].content", section, content, env=env, message=i)
+        for j, call in enumerate(calls):
+            b.add(f"messages[{i}].tool_calls[{j}]", section, call, env=env, message=i)
+    return b.build(cache_key=body.get("prompt_cache_key"), retention=retention_of(body))
+
+
+def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+    """A new body with ``plan`` applied; block markers do not exist on Chat Completions."""
+    return apply_common(body, plan)

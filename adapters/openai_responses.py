@@ -1,0 +1,66 @@
+"""OpenAI Responses API (``POST /v1/responses``) ⇄ canonical model.
+
+``instructions`` is the system section; ``input`` is a string or a list of items (messages with
+``role``, and typed items such as ``function_call``/``function_call_output``/``reasoning``), each item
+one unit unless it is a message with a list ``content``. Request shape:
+``openai.types.responses.ResponseCreateParams``; caching as in openai_chat.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentcache._canonical import Builder, CanonicalRequest, dumps
+from agentcache._exceptions import InputError
+from agentcache._tokens import TokenCounter
+
+from ._plan import WirePlan
+from ._wire import apply_common, require_dict
+from .openai_chat import SYSTEM_ROLES, retention_of
+
+API = "openai.responses"
+TOOL_LEVEL_OPTIONS = ("tool_choice", "parallel_tool_calls", "text")
+
+
+def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
+    """Canonical request of a Responses body. Raises InputError if malformed."""
+    body = require_dict(body, API)
+    b = Builder(API, str(body.get("model", "")), counter)
+    b.option("model", body.get("model"))
+    for i, tool in enumerate(body.get("tools") or []):
+        b.add(f"tools[{i}]", "tool", tool, name=tool.get("name") if isinstance(tool, dict) else None)
+    for key in TOOL_LEVEL_OPTIONS:
+        if key in body:
+            b.option(key, body[key])
+    if body.get("instructions"):
+        b.add("instructions", "system", body["instructions"])
+    items = body.get("input")
+    if isinstance(items, str):
+        b.add("input", "message", items, env=dumps({"role": "user"}), message=0)
+    elif isinstance(items, list):
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise InputError(f"input[{i}] is not an object")
+            role = item.get("role")
+            section = "system" if role in SYSTEM_ROLES else "message"
+            env = dumps({k: v for k, v in item.items() if k != "content"}) if role else b""
+            content = item.get("content")
+            if role and isinstance(content, list) and content:
+                for j, part in enumerate(content):
+                    b.add(f"input[{i}].content[{j}]", section, part, env=env, message=i)
+            elif role:
+                b.add(f"input[{i}].content", section, content, env=env, message=i)
+            else:
+                b.add(f"input[{i}]", "message", item, message=i)
+    elif items is not None:
+        raise InputError("openai.responses 'input' must be a string or a list")
+    return b.build(
+        cache_key=body.get("prompt_cache_key"),
+        retention=retention_of(body),
+        extra={"previous_response_id": body.get("previous_response_id")},
+    )
+
+
+def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+    """A new body with ``plan`` applied."""
+    return apply_common(body, plan)

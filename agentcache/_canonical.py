@@ -1,0 +1,332 @@
+"""The canonical request model: one provider-neutral, immutable sequence of blocks in prefix order.
+
+Adapters (``agentcache.adapters``) turn a wire body into a :class:`CanonicalRequest`; policies,
+diagnosis and simulators only ever see this model. Prefix order is
+``options(model) → tools → options(tools level) → system → options(messages level) → messages``,
+and within a message its content blocks in wire order. Request options that are part of the cache key
+are *option blocks* placed at the level they invalidate (e.g. Anthropic ``tool_choice`` sits after
+``system``: changing it keeps tools+system cached but not messages), so one hash chain captures both
+content and options.
+
+A block carries:
+
+* ``data``: the unit's canonical bytes, compact JSON in the key order it was sent, with cache markers
+  (``cache_control``, ``prompt_cache_breakpoint``) stripped, so moving a marker is not a content change;
+* ``env``: the bytes of its message envelope (role, ``tool_call_id``...), shared by the blocks of a message;
+* ``digest``: blake2b-128 of ``env`` and ``data``; ``chain[i]`` hashes ``chain[i-1]`` with ``digest[i]``,
+  a radix-tree path that names the whole prefix through block ``i``;
+* ``tokens``: a tiktoken ``o200k_base`` estimate, memoised per digest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from hashlib import blake2b
+from typing import Any
+
+from ._causes import Section
+from ._tokens import TokenCounter, default_counter
+
+#: Keys that mark cache breakpoints on the wire; stripped from canonical bytes.
+MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
+#: Content block types that carry media (``messages.media_changed``).
+MEDIA_TYPES = frozenset({"image", "document", "image_url", "input_image", "input_file", "file", "input_audio"})
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes in the stored key order (the wire bytes of a unit)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def digest(*parts: bytes) -> bytes:
+    """blake2b-128 over ``parts`` separated by a NUL byte."""
+    h = blake2b(digest_size=16)
+    for i, p in enumerate(parts):
+        if i:
+            h.update(b"\x00")
+        h.update(p)
+    return h.digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A cache breakpoint on a block: Anthropic ``cache_control`` (``ttl`` ``"5m"`` or ``"1h"``)."""
+
+    ttl: str = "5m"
+    raw: Any = None
+
+    @property
+    def seconds(self) -> float:
+        """TTL in seconds."""
+        return 3600.0 if self.ttl == "1h" else 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """One cacheable unit of a request, in prefix order. See the module docstring for the fields."""
+
+    path: str
+    section: Section
+    kind: str
+    data: bytes
+    env: bytes
+    digest: bytes
+    tokens: int
+    message: int | None = None
+    name: str | None = None
+    marker: Marker | None = None
+    empty: bool = False
+
+    @property
+    def is_option(self) -> bool:
+        """True for option blocks (zero tokens, not a content block for lookback counting)."""
+        return self.section == "option"
+
+    def unit(self) -> Any:
+        """The wire unit as sent (markers stripped), parsed again in its original key order."""
+        return json.loads(self.data)
+
+    def text(self) -> str:
+        """Human text of the block: the string for text units, else the JSON text."""
+        u = self.unit()
+        if isinstance(u, str):
+            return u
+        if isinstance(u, dict) and isinstance(u.get("text"), str):
+            return u["text"]
+        if isinstance(u, dict) and isinstance(u.get("content"), str):
+            return u["content"]
+        return self.data.decode()
+
+
+@dataclass(frozen=True, slots=True)
+class CanonicalRequest:
+    """A wire request as a chain of blocks plus the routing fields outside the chain.
+
+    ``cum_tokens[i]`` is the number of prompt tokens in blocks ``0..i`` (inclusive).
+    ``cache_key`` is OpenAI's ``prompt_cache_key`` (a partition, not content);
+    ``top_marker`` is Anthropic's top-level ``cache_control`` (automatic caching), which takes one
+    of the four breakpoint slots and lands on the last cacheable block.
+    """
+
+    api: str
+    model: str
+    blocks: tuple[Block, ...]
+    chain: tuple[bytes, ...]
+    cum_tokens: tuple[int, ...]
+    cache_key: str | None = None
+    retention: str | None = None
+    top_marker: Marker | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        """Prompt tokens of the whole request."""
+        return self.cum_tokens[-1] if self.cum_tokens else 0
+
+    def tokens_before(self, i: int) -> int:
+        """Tokens in blocks ``0..i-1``."""
+        return self.cum_tokens[i - 1] if i > 0 else 0
+
+    def markers(self) -> list[tuple[int, Marker]]:
+        """Explicit block markers as ``(block index, marker)`` in prefix order."""
+        return [(i, b.marker) for i, b in enumerate(self.blocks) if b.marker is not None]
+
+    def content_indices(self) -> list[int]:
+        """Indices of content (non-option) blocks."""
+        return [i for i, b in enumerate(self.blocks) if not b.is_option]
+
+    def message_spans(self) -> dict[int, tuple[int, int]]:
+        """Message index → ``(first block index, last block index + 1)``."""
+        spans: dict[int, tuple[int, int]] = {}
+        for i, b in enumerate(self.blocks):
+            if b.message is None:
+                continue
+            lo, _ = spans.get(b.message, (i, i))
+            spans[b.message] = (lo, i + 1)
+        return spans
+
+
+def common_prefix(a: CanonicalRequest, b: CanonicalRequest) -> int:
+    """Number of leading blocks ``a`` and ``b`` share (by chain hash; binary search, O(log n))."""
+    lo, hi = 0, min(len(a.chain), len(b.chain))
+    # chain[i] equal implies every earlier block equal, so equality is monotone: binary search.
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.chain[mid - 1] == b.chain[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class Builder:
+    """Accumulates blocks for one request; adapters call :meth:`add` in prefix order."""
+
+    def __init__(self, api: str, model: str, counter: TokenCounter | None = None):
+        self.api = api
+        self.model = model
+        self._counter = counter or default_counter()
+        self._blocks: list[Block] = []
+
+    def option(self, key: str, value: Any) -> None:
+        """Add an option block (zero tokens) named by its top-level key."""
+        data = dumps(value)
+        self._blocks.append(
+            Block(key, "option", "option", data, b"", digest(b"option", key.encode(), data), 0, name=key)
+        )
+
+    def add(
+        self,
+        path: str,
+        section: Section,
+        unit: Any,
+        *,
+        env: bytes = b"",
+        message: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        """Add one content unit. Markers are read off ``unit`` and stripped from its bytes."""
+        marker: Marker | None = None
+        if isinstance(unit, dict) and any(k in unit for k in MARKER_KEYS):
+            raw = unit.get("cache_control") or unit.get("prompt_cache_breakpoint")
+            if raw:
+                ttl = raw.get("ttl", "5m") if isinstance(raw, dict) else "5m"
+                marker = Marker(ttl=str(ttl), raw=raw)
+            unit = {k: v for k, v in unit.items() if k not in MARKER_KEYS}
+        data = dumps(unit)
+        d = digest(env, data)
+        kind, text, empty = _kind_and_text(unit)
+        tokens = self._counter.count(d, text if text is not None else data.decode())
+        self._blocks.append(Block(path, section, kind, data, env, d, tokens, message, name, marker, empty))
+
+    def build(
+        self,
+        *,
+        cache_key: str | None = None,
+        retention: str | None = None,
+        top_marker: Marker | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> CanonicalRequest:
+        """Freeze the blocks into a :class:`CanonicalRequest` with its chain and cumulative tokens."""
+        chain: list[bytes] = []
+        cum: list[int] = []
+        prev = b""
+        total = 0
+        for b in self._blocks:
+            prev = digest(prev, b.digest)
+            chain.append(prev)
+            total += b.tokens
+            cum.append(total)
+        return CanonicalRequest(
+            self.api,
+            self.model,
+            tuple(self._blocks),
+            tuple(chain),
+            tuple(cum),
+            cache_key,
+            retention,
+            top_marker,
+            dict(extra or {}),
+        )
+
+
+def _kind_and_text(unit: Any) -> tuple[str, str | None, bool]:
+    if isinstance(unit, str):
+        return "text", unit, unit == ""
+    if unit is None:
+        return "empty", "", True
+    if isinstance(unit, dict):
+        t = unit.get("type")
+        kind = t if isinstance(t, str) else "object"
+        if kind in ("text", "input_text", "output_text") and isinstance(unit.get("text"), str):
+            return "text", unit["text"], unit["text"] == ""
+        return kind, None, False
+    return "object", None, False
+
+
+# ---- semantic values: used only where blocks diverge, never on the hot path --------------------
+
+
+def normalize(value: Any) -> Any:
+    """The meaning of a unit: keys sorted at every level, JSON-string tool arguments parsed,
+    and a bare string equal to a one-element text-block array (``messages.shape``)."""
+    if isinstance(value, dict):
+        out = {}
+        for k in sorted(value):
+            v = value[k]
+            if k in MARKER_KEYS:
+                continue
+            if k == "arguments" and isinstance(v, str):
+                try:
+                    v = json.loads(v)
+                except ValueError:
+                    pass
+            out[k] = normalize(v)
+        if out.get("type") in ("input_text", "output_text"):
+            out["type"] = "text"
+        return out
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    return value
+
+
+def text_unit(value: Any) -> Any:
+    """A bare string as the equivalent text block, so shapes compare equal by value."""
+    if isinstance(value, str):
+        return {"text": value, "type": "text"}
+    return value
+
+
+def value_digest(block: Block) -> bytes:
+    """Digest of a block's meaning (see :func:`normalize`); equal for re-serialised or re-shaped units."""
+    env = json.loads(block.env) if block.env else None
+    return digest(
+        dumps(normalize(env)), json.dumps(normalize(text_unit(block.unit())), sort_keys=True).encode()
+    )
+
+
+def iter_message_blocks(req: CanonicalRequest, message: int) -> Iterator[Block]:
+    """Blocks of message ``message`` in order."""
+    return (b for b in req.blocks if b.message == message)
+
+
+def message_value(req: CanonicalRequest, message: int) -> bytes:
+    """Digest of a whole message's meaning: its blocks' values in order."""
+    return digest(*(value_digest(b) for b in iter_message_blocks(req, message)))
+
+
+def message_bytes(req: CanonicalRequest, message: int) -> bytes:
+    """Digest of a whole message's bytes."""
+    return digest(*(b.digest for b in iter_message_blocks(req, message)))
+
+
+def message_indices(req: CanonicalRequest) -> list[int]:
+    """Message indices present in ``req``, ascending."""
+    seen: list[int] = []
+    for b in req.blocks:
+        if b.message is not None and (not seen or seen[-1] != b.message):
+            seen.append(b.message)
+    return seen
+
+
+def first_of(seq: Sequence[Block], section: Section) -> int | None:
+    """Index of the first block of ``section`` in ``seq``, or None."""
+    for i, b in enumerate(seq):
+        if b.section == section:
+            return i
+    return None
+
+
+def with_markers(
+    req: CanonicalRequest, markers: Mapping[int, Marker], top: Marker | None = None
+) -> CanonicalRequest:
+    """A copy of ``req`` whose block markers are exactly ``markers`` (block index → Marker) and whose
+    top-level marker is ``top``. Markers are not content: digests and chain are unchanged."""
+    from dataclasses import replace
+
+    blocks = tuple(
+        b if b.marker == markers.get(i) else replace(b, marker=markers.get(i)) for i, b in enumerate(req.blocks)
+    )
+    return replace(req, blocks=blocks, top_marker=top)

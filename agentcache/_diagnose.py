@@ -1,0 +1,153 @@
+"""Prefix diff and break diagnosis between two canonical requests.
+
+``diagnose(prev, new)`` finds the longest shared prefix (blocks and tokens), the first divergent unit
+as a wire path, and classifies the cause with the names in :mod:`agentcache._causes`. It works on
+block hashes, so an append-only turn costs O(log n) comparisons; only a divergent turn parses the
+few units it needs to tell re-serialisation from a real edit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import _causes as C
+from ._canonical import (
+    MEDIA_TYPES,
+    Block,
+    CanonicalRequest,
+    common_prefix,
+    message_indices,
+    message_value,
+    value_digest,
+)
+from ._volatile import VolatileSpan, volatile_diff
+
+_OPTION_CAUSES = {
+    "model": C.OPTIONS_MODEL,
+    "tool_choice": C.OPTIONS_TOOL_CHOICE,
+    "thinking": C.OPTIONS_THINKING,
+    "reasoning": C.OPTIONS_THINKING,
+    "reasoning_effort": C.OPTIONS_THINKING,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where and why ``new`` stops extending ``prev``.
+
+    ``shared_blocks``/``shared_tokens``: the longest common prefix. ``first_divergent``: the wire path
+    (``tools[3]``, ``system[0]``, ``messages[5].content[0]``) or option key (``tool_choice``) of the
+    first unit that differs; None when ``new`` extends ``prev`` append-only. ``cause``: a break cause,
+    None when append-only. ``tokens_lost``: tokens of ``prev`` after the shared prefix, which must be
+    processed again. ``volatile``: the changed span for ``system.volatile``.
+    """
+
+    shared_blocks: int
+    shared_tokens: int
+    first_divergent: str | None
+    cause: str | None
+    tokens_lost: int
+    volatile: VolatileSpan | None = None
+
+    @property
+    def is_break(self) -> bool:
+        """True when ``new`` does not extend ``prev``."""
+        return self.cause is not None
+
+
+def diagnose(prev: CanonicalRequest, new: CanonicalRequest) -> Divergence:
+    """Diff ``new`` against ``prev`` (an earlier request of the same session)."""
+    n = common_prefix(prev, new)
+    shared = prev.tokens_before(n)
+    if n == len(prev.blocks):
+        return Divergence(n, shared, None, None, 0)
+    pb = prev.blocks[n]
+    nb = new.blocks[n] if n < len(new.blocks) else None
+    cause, path, span = _classify(prev, new, n, pb, nb)
+    return Divergence(n, shared, path, cause, prev.tokens - shared, span)
+
+
+def _classify(
+    prev: CanonicalRequest, new: CanonicalRequest, n: int, pb: Block, nb: Block | None
+) -> tuple[str, str, VolatileSpan | None]:
+    if pb.is_option or (nb is not None and nb.is_option):
+        key = nb.name if nb is not None and nb.is_option else pb.name
+        return _OPTION_CAUSES.get(key or "", C.OPTIONS_OTHER), key or pb.path, None
+    if pb.section == "tool" or (nb is not None and nb.section == "tool"):
+        return _classify_tools(prev, new, pb, nb), (nb.path if nb is not None and nb.section == "tool" else pb.path), None
+    if nb is not None and pb.section == "system" and nb.section == "system":
+        if value_digest(pb) == value_digest(nb):
+            return C.SYSTEM_CHANGED, nb.path, None
+        span = volatile_diff(pb.text(), nb.text())
+        return (C.SYSTEM_VOLATILE if span else C.SYSTEM_CHANGED), nb.path, span
+    if (pb.section == "system" and pb.message is None) or (nb is not None and nb.section == "system" and nb.message is None):
+        return C.SYSTEM_CHANGED, (nb or pb).path, None
+    return _classify_messages(prev, new, pb, nb), (nb.path if nb is not None else pb.path), None
+
+
+def _classify_tools(prev: CanonicalRequest, new: CanonicalRequest, pb: Block, nb: Block | None) -> str:
+    old_names = [b.name for b in prev.blocks if b.section == "tool"]
+    new_names = [b.name for b in new.blocks if b.section == "tool"]
+    nb_tool = nb if nb is not None and nb.section == "tool" else None
+    pb_tool = pb if pb.section == "tool" else None
+    if nb_tool is not None and pb_tool is not None and nb_tool.name == pb_tool.name:
+        return C.TOOLS_SERIALIZATION if value_digest(pb_tool) == value_digest(nb_tool) else C.TOOLS_CHANGED
+    if nb_tool is not None and nb_tool.name not in old_names:
+        return C.TOOLS_ADDED
+    if pb_tool is not None and pb_tool.name not in new_names:
+        return C.TOOLS_REMOVED
+    if sorted(map(str, old_names)) == sorted(map(str, new_names)):
+        return C.TOOLS_REORDERED
+    return C.TOOLS_ADDED if len(new_names) > len(old_names) else C.TOOLS_REMOVED
+
+
+def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block, nb: Block | None) -> str:
+    if nb is None:
+        return C.MESSAGES_REMOVED
+    mi = pb.message if pb.message is not None else nb.message
+    assert mi is not None
+    old = [m for m in message_indices(prev) if m >= mi]
+    cur = [m for m in message_indices(new) if m >= mi]
+    p = [message_value(prev, m) for m in old]
+    q = [message_value(new, m) for m in cur]
+    if not q:
+        return C.MESSAGES_REMOVED
+    if p and p[0] == q[0]:
+        # Same meaning, different bytes: a string/array flip is a shape change.
+        flip = pb.path.endswith(".content") != nb.path.endswith(".content")
+        return C.MESSAGES_SHAPE if flip else C.MESSAGES_SERIALIZATION
+    if pb.kind in MEDIA_TYPES or nb.kind in MEDIA_TYPES:
+        return C.MESSAGES_MEDIA_CHANGED
+    if len(p) > 1 and _aligned(p, 1, q, 1):
+        return C.MESSAGES_EDITED
+    for k in range(1, len(q)):
+        if _aligned(p, 0, q, k):
+            return C.MESSAGES_INSERTED
+    for k in range(1, len(p)):
+        if _aligned(p, k, q, 0):
+            return C.MESSAGES_REMOVED
+    for r in (1, 2):
+        for m in range(r + 1, len(p)):
+            if r < len(q) and _aligned(p, m, q, r):
+                return C.MESSAGES_COMPACTED
+    first_msg = min((b.message for b in prev.blocks if b.section == "message" and b.message is not None), default=mi)
+    if mi == first_msg and len(p) > len(q) + 1:
+        return C.MESSAGES_COMPACTED
+    return C.MESSAGES_EDITED
+
+
+def _aligned(p: list[bytes], i: int, q: list[bytes], j: int) -> bool:
+    """``p[i:]`` and ``q[j:]`` agree on their overlap, and the overlap is not empty."""
+    span = min(len(p) - i, len(q) - j)
+    return span > 0 and all(p[i + t] == q[j + t] for t in range(span))
+
+
+def static_end(req: CanonicalRequest) -> int:
+    """Number of leading blocks before the first non-system message: options, tools and system
+    (for OpenAI, the leading system/developer messages). Sessions of one agent share this part."""
+    end = 0
+    for i, b in enumerate(req.blocks):
+        if b.section == "message":
+            break
+        end = i + 1
+    return end

@@ -1,0 +1,133 @@
+"""Audit report types and their JSON schema (documented in README.md, "Audit JSON").
+
+``{"provider", "model", "totals": {ARM: METRICS}, "sessions": [{"session", "requests",
+"arms": {ARM: METRICS}}], "breaks": [BREAK], "misses": [MISS]}`` where METRICS is
+``{requests, prompt_tokens, cache_read_tokens, cache_write_tokens, uncached_tokens, hit_rate, cost_usd}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .simulate import SimUsage
+
+ARMS = ("as_sent", "agentcache", "ideal")
+
+
+@dataclass(slots=True)
+class ArmMetrics:
+    """Totals of one arm: token counts, ``hit_rate = cache_read_tokens / prompt_tokens``, and the
+    input-side cost in USD."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    uncached_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, u: SimUsage) -> None:
+        """Accumulate one simulated request."""
+        self.requests += 1
+        self.prompt_tokens += u.prompt_tokens
+        self.cache_read_tokens += u.cache_read_tokens
+        self.cache_write_tokens += u.cache_write_tokens
+        self.uncached_tokens += u.uncached_tokens
+        self.cost_usd += u.cost_usd
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of prompt tokens read from the cache (0..1)."""
+        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The METRICS object of the JSON schema."""
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "uncached_tokens": self.uncached_tokens,
+            "hit_rate": round(self.hit_rate, 6),
+            "cost_usd": round(self.cost_usd, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BreakRecord:
+    """A request whose prefix diverges from what its session (or, for the static prefix, another
+    session in the scope) sent before. ``request`` is the 0-based index within the session;
+    ``tokens_lost`` the previously sent tokens that must be processed again; ``repaired`` whether the
+    ``agentcache`` arm made the bytes identical again. ``against`` names the other session for a
+    cross-session break (else None); ``volatile`` is the changed span for ``system.volatile``."""
+
+    session: str
+    request: int
+    first_divergent: str | None
+    cause: str
+    tokens_lost: int
+    repaired: bool
+    against: str | None = None
+    volatile: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object (``against``/``volatile`` only when set)."""
+        d = asdict(self)
+        return {k: v for k, v in d.items() if v is not None or k == "first_divergent"}
+
+
+@dataclass(frozen=True, slots=True)
+class MissRecord:
+    """A request where ``arm`` reused fewer tokens than it matched, for a cache-mechanics ``cause``.
+    ``tokens_lost`` = matched − read. ``rejected``: the provider would refuse the request.
+    ``where``: the block or field concerned, when one applies."""
+
+    session: str
+    request: int
+    arm: str
+    cause: str
+    tokens_lost: int
+    rejected: bool = False
+    where: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object."""
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class SessionReport:
+    """Per-session metrics for each arm."""
+
+    session: str
+    requests: int = 0
+    arms: dict[str, ArmMetrics] = field(default_factory=lambda: {a: ArmMetrics() for a in ARMS})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object."""
+        return {"session": self.session, "requests": self.requests, "arms": {a: m.to_dict() for a, m in self.arms.items()}}
+
+
+@dataclass(slots=True)
+class AuditReport:
+    """The result of an audit (see the module docstring for its JSON form)."""
+
+    provider: str
+    model: str
+    totals: dict[str, ArmMetrics]
+    sessions: list[SessionReport]
+    breaks: list[BreakRecord]
+    misses: list[MissRecord]
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document, with exactly the documented top-level keys."""
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "totals": {a: m.to_dict() for a, m in self.totals.items()},
+            "sessions": [s.to_dict() for s in self.sessions],
+            "breaks": [b.to_dict() for b in self.breaks],
+            "misses": [m.to_dict() for m in self.misses],
+        }

@@ -1,0 +1,83 @@
+"""Recorded-traffic loaders: turn agent trajectories and request logs into :class:`Record` lists.
+
+Formats (see each module's docstring for the exact shape): ``taubench`` (tau-bench results list),
+``swe-agent`` (``.traj``), ``openhands`` (event list), ``chat`` (a list of chat messages), ``case``
+(prefix-cache failure cases) and ``jsonl`` (one request per line).
+
+``load(path)`` detects the format, returns the records in time order (``at``, else file order; stable) with
+session ids prefixed by the file stem, and collects malformed individual records in ``errors`` instead of
+failing. An unreadable file, invalid JSON or an unknown format raises :class:`InputError` /
+:class:`UnknownFormatError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentcache._exceptions import InputError, UnknownFormatError
+from agentcache.loaders._cases import load_case
+from agentcache.loaders._chatlist import load_chat
+from agentcache.loaders._common import Loaded, in_time_order, read_json
+from agentcache.loaders._detect import FORMATS, sniff
+from agentcache.loaders._jsonl import load_jsonl
+from agentcache.loaders._openhands import load_openhands
+from agentcache.loaders._record import APIS, Api, Record
+from agentcache.loaders._sweagent import load_sweagent
+from agentcache.loaders._taubench import load_taubench
+
+__all__ = ["APIS", "FORMATS", "Api", "LoadResult", "Record", "detect_format", "load"]
+
+_LOADERS: dict[str, Callable[[Path, Any], Loaded]] = {
+    "swe-agent": load_sweagent,
+    "openhands": load_openhands,
+    "chat": load_chat,
+    "case": load_case,
+    "jsonl": load_jsonl,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What :func:`load` read.
+
+    ``records`` in time order, the ``format`` used, and one ``errors`` entry per malformed record that was
+    skipped (each carries ``source`` and ``record``).
+    """
+
+    records: list[Record]
+    format: str
+    errors: list[InputError]
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """The format name of a file (one of FORMATS); raises UnknownFormatError naming the file."""
+    return sniff(Path(path))[0]
+
+
+def load(
+    path: str | os.PathLike[str], format: str | None = None, *, tools_path: str | None = None
+) -> LoadResult:
+    """Load one recorded file.
+
+    ``format`` (one of FORMATS) skips detection; ``tools_path`` names the tool schemas for ``taubench``
+    (default: ``<domain>_tools.json`` next to the file).
+    """
+    p = Path(path)
+    doc: Any = None
+    if format is None:
+        format, doc = sniff(p)
+    elif format not in FORMATS:
+        raise UnknownFormatError(
+            f"unknown format {format!r}; expected one of {', '.join(FORMATS)}", source=str(p)
+        )
+    if doc is None and format != "jsonl":
+        doc = read_json(p)
+    if format == "taubench":
+        records, errors = load_taubench(p, doc, tools_path)
+    else:
+        records, errors = _LOADERS[format](p, doc)
+    return LoadResult(records=in_time_order(records), format=format, errors=errors)

@@ -1,0 +1,63 @@
+"""JSONL request logs.
+
+Shape: one JSON object per line, ``{"session": str, "api": one of APIS, "at"?: number, "body": {...},
+"usage"?: {...}}``. Lines are split on newlines only (JSON strings may hold U+2028); blank lines are
+skipped. A malformed line becomes an :class:`InputError` with ``record`` = its 0-based line index (also the
+record's ``index``); the other lines still load. Sessions are prefixed with the file stem:
+``<stem>/<session>``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agentcache._exceptions import InputError
+from agentcache.loaders._common import Loaded, is_number, read_text, session_id
+from agentcache.loaders._record import APIS, Record
+
+
+def parse_line(path: Path, line: str, index: int) -> Record:
+    """One JSONL line as a Record; raises ValueError describing what is wrong with it."""
+    try:
+        obj: Any = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise ValueError("line is not a JSON object")
+    session, api, body = obj.get("session"), obj.get("api"), obj.get("body")
+    if not isinstance(session, str) or not session:
+        raise ValueError("'session' must be a non-empty string")
+    if api not in APIS:
+        raise ValueError(f"'api' must be one of {', '.join(APIS)}, not {api!r}")
+    if not isinstance(body, dict):
+        raise ValueError("'body' must be an object")
+    at, usage = obj.get("at"), obj.get("usage")
+    if at is not None and not is_number(at):
+        raise ValueError("'at' must be a number")
+    if usage is not None and not isinstance(usage, dict):
+        raise ValueError("'usage' must be an object")
+    return Record(
+        session=session_id(path, session),
+        api=str(api),
+        body=body,
+        at=None if at is None else float(at),
+        usage=usage,
+        source=str(path),
+        index=index,
+    )
+
+
+def load_jsonl(path: Path, doc: Any = None) -> Loaded:
+    """Records of a JSONL file (``doc`` is ignored: the file is read line by line)."""
+    records: list[Record] = []
+    errors: list[InputError] = []
+    for i, line in enumerate(read_text(path).split("\n")):
+        if not line.strip():
+            continue
+        try:
+            records.append(parse_line(path, line, i))
+        except ValueError as exc:
+            errors.append(InputError(str(exc), source=str(path), record=i))
+    return records, errors

@@ -1,0 +1,190 @@
+"""A deterministic model of Anthropic's prompt cache (Messages API).
+
+Modelled rules (platform.claude.com/docs/en/build-with-claude/prompt-caching; numbers in
+``agentcache/data/models.toml``):
+
+* a request may carry at most ``max_breakpoints`` (4) markers, counting a top-level
+  ``cache_control`` (automatic caching: a breakpoint on the last cacheable block); more, a marker on
+  an empty text block or a thinking block, or a 1h marker after a 5m one is rejected (HTTP 400);
+* each breakpoint looks back ``lookback_blocks`` content blocks for the deepest entry an *earlier*
+  request wrote, whose TTL is still alive; a hit refreshes that entry's TTL;
+* each breakpoint whose prefix reaches the model's minimum cacheable length writes an entry;
+  ``cache_creation`` counts tokens between the read point and the deepest breakpoint, priced 1.25×
+  (5m) or 2× (1h); reads cost 0.1×; tokens after the last breakpoint are plain input;
+* the cache scope is one model (one workspace): sessions share entries.
+
+Simplifications, documented: token counts are tiktoken estimates; an entry becomes readable as soon
+as the writing request starts (recorded order breaks ties); blocks are the matching unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import _causes as C
+from .._canonical import CanonicalRequest
+from .._pricing import AnthropicRules, anthropic_rules, normalize_model
+from ._base import SeenIndex, SimResult, SimUsage
+
+_NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})
+
+
+@dataclass(slots=True)
+class _Entry:
+    expires: float
+    ttl: float
+
+
+@dataclass(slots=True)
+class _Scope:
+    entries: dict[bytes, _Entry] = field(default_factory=dict)
+    seen: SeenIndex = field(default_factory=SeenIndex)
+
+
+def markers_valid(req: CanonicalRequest, rules: AnthropicRules) -> bool:
+    """True when Anthropic would accept ``req``'s markers (count, allowed blocks, TTL order)."""
+    marks = req.markers()
+    if len(marks) + (1 if req.top_marker else 0) > rules.max_breakpoints:
+        return False
+    for i, m in marks:
+        b = req.blocks[i]
+        if b.empty or b.kind in _NO_MARKER_KINDS or m.ttl not in ("5m", "1h"):
+            return False
+    ttls = [m.ttl for _, m in breakpoints(req)]
+    return "5m" not in ttls or "1h" not in ttls[ttls.index("5m") :]
+
+
+def last_cacheable(req: CanonicalRequest) -> int | None:
+    """Index of the last block a marker may sit on (not an option, empty or thinking block)."""
+    for i in range(len(req.blocks) - 1, -1, -1):
+        b = req.blocks[i]
+        if not (b.is_option or b.empty or b.kind in _NO_MARKER_KINDS):
+            return i
+    return None
+
+
+def breakpoints(req: CanonicalRequest) -> list[tuple[int, object]]:
+    """Effective breakpoints ``(block index, Marker)`` in prefix order, the top-level one included."""
+    marks = dict(req.markers())
+    if req.top_marker is not None:
+        last = last_cacheable(req)
+        if last is not None and last not in marks:
+            marks[last] = req.top_marker
+    return sorted(marks.items())
+
+
+class AnthropicSimulator:
+    """Replays canonical requests, in time order, through one shared model of Anthropic's cache.
+
+    ``run(req, now)`` returns a :class:`SimResult`; ``now`` is in seconds and must not decrease.
+    ``model`` overrides every request's model for pricing and scope.
+    """
+
+    provider = "anthropic"
+
+    def __init__(self, model: str | None = None):
+        self._model = model
+        self._scopes: dict[str, _Scope] = {}
+
+    def run(self, req: CanonicalRequest, now: float) -> SimResult:
+        """Simulate one request (see module docstring)."""
+        model = self._model or req.model
+        rules = anthropic_rules(model)
+        scope = self._scopes.setdefault(normalize_model(model), _Scope())
+        m_blocks = scope.seen.depth(req)
+        matched = req.tokens_before(m_blocks)
+        prompt = req.tokens
+        if not markers_valid(req, rules):
+            usage = SimUsage(prompt, 0, 0, prompt, rules.cost(prompt, 0, 0, 0))
+            return SimResult(usage, matched, C.MARKERS_INVALID, None, rejected=True)
+
+        ordinal = _ordinals(req)
+        bps = [(i, m.seconds if hasattr(m, "seconds") else 300.0) for i, m in breakpoints(req)]
+        bps = [(i, rules.ttl_1h_seconds if s >= 3600 else rules.ttl_5m_seconds) for i, s in bps]
+        hits: list[int] = []
+        for b, _ in bps:
+            e = b
+            while e >= 0 and ordinal[b] - ordinal[e] <= rules.lookback_blocks:
+                ent = scope.entries.get(req.chain[e])
+                if ent is not None and ent.expires > now and not req.blocks[e].is_option:
+                    hits.append(e)
+                    break
+                e -= 1
+        read_idx = max(hits, default=-1)
+        read = req.tokens_before(read_idx + 1)
+        cause, where = (None, None)
+        if read < matched:
+            cause, where = self._attribute(req, scope, rules, bps, ordinal, read_idx, m_blocks, matched, now)
+
+        # Mutate only after attribution, which needs the state the request found.
+        for e in hits:
+            ent = scope.entries[req.chain[e]]
+            ent.expires = now + ent.ttl
+        write5 = write1h = 0
+        covered = read_idx
+        for b, ttl in bps:
+            if req.tokens_before(b + 1) < rules.min_cacheable_tokens:
+                continue
+            if b > covered:
+                seg = req.tokens_before(b + 1) - req.tokens_before(covered + 1)
+                if ttl >= rules.ttl_1h_seconds:
+                    write1h += seg
+                else:
+                    write5 += seg
+                covered = b
+            ent = scope.entries.get(req.chain[b])
+            if ent is None or ent.expires <= now:
+                scope.entries[req.chain[b]] = _Entry(now + ttl, ttl)
+            else:
+                ent.expires = max(ent.expires, now + ttl)
+        scope.seen.add(req)
+        uncached = prompt - read - write5 - write1h
+        usage = SimUsage(
+            prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h
+        )
+        return SimResult(usage, matched, cause, where)
+
+    @staticmethod
+    def _attribute(
+        req: CanonicalRequest,
+        scope: _Scope,
+        rules: AnthropicRules,
+        bps: list[tuple[int, float]],
+        ordinal: list[int],
+        read_idx: int,
+        m_blocks: int,
+        matched: int,
+        now: float,
+    ) -> tuple[str, str | None]:
+        if not bps:
+            return C.MARKERS_MISSING, None
+        alive = -1
+        for i in range(read_idx + 1, m_blocks):
+            ent = scope.entries.get(req.chain[i])
+            if ent is None:
+                continue
+            if ent.expires <= now:
+                return C.TTL_EXPIRED, req.blocks[i].path
+            alive = i
+        if matched < rules.min_cacheable_tokens:
+            return C.BELOW_MINIMUM, None
+        if alive > read_idx:
+            beyond = [b for b, _ in bps if b >= alive]
+            if beyond:
+                return C.LOOKBACK_EXCEEDED, req.blocks[beyond[0]].path
+            return C.MARKERS_MISSING, req.blocks[alive].path
+        start = ordinal[read_idx] if read_idx >= 0 else -1
+        if ordinal[m_blocks - 1] - start > rules.lookback_blocks:
+            return C.LOOKBACK_EXCEEDED, req.blocks[m_blocks - 1].path
+        return C.MARKERS_MISSING, req.blocks[m_blocks - 1].path
+
+
+def _ordinals(req: CanonicalRequest) -> list[int]:
+    """Content-block ordinal of every block (option blocks share their successor's ordinal)."""
+    out: list[int] = []
+    n = 0
+    for b in req.blocks:
+        out.append(n)
+        if not b.is_option:
+            n += 1
+    return out

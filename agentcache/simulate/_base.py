@@ -1,0 +1,70 @@
+"""Shared shapes of the provider cache simulators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._canonical import CanonicalRequest
+
+
+@dataclass(frozen=True, slots=True)
+class SimUsage:
+    """Simulated usage of one request, in tokens, with its input-side cost in USD.
+
+    ``prompt_tokens = cache_read_tokens + cache_write_tokens + uncached_tokens``;
+    ``cache_write_1h_tokens`` is the part of ``cache_write_tokens`` written with a 1h TTL.
+    """
+
+    prompt_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    uncached_tokens: int
+    cost_usd: float
+    cache_write_1h_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """One simulated request.
+
+    ``matched_tokens``: the longest prefix of this request already sent earlier in the cache scope
+    (content only, whatever the cache mechanics). ``loss_cause``: the miss cause when fewer tokens were
+    read than matched (``markers.missing``, ``lookback.exceeded``, ``ttl.expired``...), else None;
+    ``loss_where``: the block path it concerns, when one applies. ``rejected``: the provider would
+    refuse the request (e.g. five cache markers): nothing is cached and the client must resend it, so
+    it is counted as fully uncached.
+    """
+
+    usage: SimUsage
+    matched_tokens: int
+    loss_cause: str | None = None
+    loss_where: str | None = None
+    rejected: bool = False
+
+
+class SeenIndex:
+    """Every prefix (chain hash) sent in one cache scope; answers "how deep does this request match"."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: set[bytes] = set()
+
+    def depth(self, req: CanonicalRequest) -> int:
+        """Number of leading blocks of ``req`` some earlier request in the scope also sent."""
+        # Membership is monotone along a chain (every sent prefix was added), so binary search.
+        lo, hi = 0, len(req.chain)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if req.chain[mid - 1] in self._seen:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def add(self, req: CanonicalRequest) -> None:
+        """Record every prefix of ``req``."""
+        self._seen.update(req.chain)
+
+    def __len__(self) -> int:
+        return len(self._seen)

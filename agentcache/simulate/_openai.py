@@ -1,0 +1,89 @@
+"""A deterministic model of OpenAI's automatic prompt cache.
+
+Modelled rules (platform.openai.com/docs/guides/prompt-caching; numbers in
+``agentcache/data/models.toml``): prompts of at least ``min_cacheable_tokens`` (1024) are cached
+automatically; a hit is the longest cached prefix, counted in ``hit_increment_tokens`` (128) steps
+above the minimum; requests are routed by a hash of their first ~256 tokens joined with
+``prompt_cache_key``, and only requests routed alike share entries; an entry lives
+``in_memory_ttl_seconds`` after its last use (``extended_ttl_seconds`` with 24h retention).
+No write surcharge. Not modelled: overflow to other machines above ~15 requests/min per
+prefix+key (recorded traffic rarely has the timestamps to tell), so hit rates are upper bounds there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import _causes as C
+from .._canonical import CanonicalRequest
+from .._pricing import OpenAIRules, normalize_model, openai_rules
+from ._base import SeenIndex, SimResult, SimUsage
+
+_EXTENDED = ("24h", "extended")
+
+
+@dataclass(slots=True)
+class _Scope:
+    partitions: dict[tuple[bytes, str], dict[bytes, float]] = field(default_factory=dict)
+    seen: SeenIndex = field(default_factory=SeenIndex)
+
+
+def routing_hash(req: CanonicalRequest, prefix_tokens: int) -> bytes:
+    """Chain hash at the block holding the ``prefix_tokens``-th token (the routing prefix)."""
+    for i, total in enumerate(req.cum_tokens):
+        if total >= prefix_tokens:
+            return req.chain[i]
+    return req.chain[-1] if req.chain else b""
+
+
+def cached_tokens(tokens: int, rules: OpenAIRules) -> int:
+    """Tokens OpenAI reports as cached for a ``tokens``-long cached prefix (0 below the minimum)."""
+    if tokens < rules.min_cacheable_tokens:
+        return 0
+    step = rules.hit_increment_tokens
+    return rules.min_cacheable_tokens + (tokens - rules.min_cacheable_tokens) // step * step
+
+
+class OpenAISimulator:
+    """Replays canonical requests, in time order, through one model of OpenAI's prompt cache."""
+
+    provider = "openai"
+
+    def __init__(self, model: str | None = None):
+        self._model = model
+        self._scopes: dict[str, _Scope] = {}
+
+    def run(self, req: CanonicalRequest, now: float) -> SimResult:
+        """Simulate one request; ``now`` in seconds, non-decreasing."""
+        model = self._model or req.model
+        rules = openai_rules(model)
+        scope = self._scopes.setdefault(normalize_model(model), _Scope())
+        m_blocks = scope.seen.depth(req)
+        matched = req.tokens_before(m_blocks)
+        key = (routing_hash(req, rules.routing_prefix_tokens), req.cache_key or "")
+        part = scope.partitions.setdefault(key, {})
+        ttl = rules.extended_ttl_seconds if (req.retention or "") in _EXTENDED else rules.in_memory_ttl_seconds
+        depth = present = 0
+        for i, h in enumerate(req.chain):
+            last = part.get(h)
+            if last is None:
+                break
+            present = i + 1
+            if now - last <= ttl:
+                depth = i + 1
+        prompt = req.tokens
+        read = cached_tokens(req.tokens_before(depth), rules) if prompt >= rules.min_cacheable_tokens else 0
+        cause: str | None = None
+        where: str | None = None
+        if read < matched:
+            if matched < rules.min_cacheable_tokens or prompt < rules.min_cacheable_tokens:
+                cause = C.BELOW_MINIMUM
+            elif present < m_blocks and req.cache_key:
+                cause, where = C.CACHE_KEY_CHANGED, "prompt_cache_key"
+            elif present > depth:
+                cause, where = C.TTL_EXPIRED, req.blocks[depth].path
+        for h in req.chain:
+            part[h] = now
+        scope.seen.add(req)
+        uncached = prompt - read
+        return SimResult(SimUsage(prompt, read, 0, uncached, rules.cost(uncached, read)), matched, cause, where)
