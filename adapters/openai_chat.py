@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentcache._canonical import Builder, CanonicalRequest, dumps
+from agentcache._causes import Section
 from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
@@ -50,7 +51,7 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict) or "role" not in msg:
             raise InputError(f"messages[{i}] is not a message object with a role")
-        section = "system" if msg["role"] in SYSTEM_ROLES else "message"
+        section: Section = "system" if msg["role"] in SYSTEM_ROLES else "message"
         env = dumps({k: v for k, v in msg.items() if k not in ("content", "tool_calls")})
         content = msg.get("content")
         calls = msg.get("tool_calls") or []

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentcache._canonical import Builder, CanonicalRequest, dumps
+from agentcache._causes import Section
 from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
@@ -42,7 +43,7 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
             if not isinstance(item, dict):
                 raise InputError(f"input[{i}] is not an object")
             role = item.get("role")
-            section = "system" if role in SYSTEM_ROLES else "message"
+            section: Section = "system" if role in SYSTEM_ROLES else "message"
             env = dumps({k: v for k, v in item.items() if k != "content"}) if role else b""
             content = item.get("content")
             if role and isinstance(content, list) and content:

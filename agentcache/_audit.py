@@ -14,16 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import _causes as C
-from ._canonical import CanonicalRequest, with_markers
-from ._diagnose import _classify, common_prefix, diagnose, static_end
+from ._canonical import CanonicalRequest, common_prefix
+from ._diagnose import _classify, diagnose, static_end
+from ._pipeline import Prepared, ScopeMemory, SessionPipeline
 from ._pricing import anthropic_rules, default_model, normalize_model, openai_rules
-from ._repair import SessionMemory, plan_repairs
-from ._report import ARMS, ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport
-from .adapters import apply, canonicalize
+from ._report import ARMS, ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
+from ._volatile import VolatileSpan
+from .adapters import canonicalize
 from .loaders import Record
-from .policies import plan_breakpoints
 from .simulate import IdealSimulator, SimResult, simulator_for
 
 #: Cross-session differences worth reporting: the sessions would share the prefix without them.
@@ -33,19 +34,16 @@ _CROSS_SESSION_CAUSES = frozenset({C.TOOLS_REORDERED, C.TOOLS_SERIALIZATION, C.S
 @dataclass(slots=True)
 class _Session:
     report: SessionReport
-    prev: CanonicalRequest | None = None
+    pipe: SessionPipeline
     prev_sent: CanonicalRequest | None = None
-    memory: SessionMemory = field(default_factory=SessionMemory)
     count: int = 0
 
 
 @dataclass(slots=True)
 class _StaticIndex:
-    """Static-prefix chain hashes → (session, request) that sent them, for cross-session breaks;
-    plus, per tool-name set, the first session's tool memory so new sessions adopt its order."""
+    """Static-prefix chain hashes → (session, request) that sent them, for cross-session breaks."""
 
     refs: dict[bytes, tuple[str, CanonicalRequest]] = field(default_factory=dict)
-    tools: dict[frozenset[str], SessionMemory] = field(default_factory=dict)
 
     def add(self, session: str, req: CanonicalRequest) -> None:
         for h in req.chain[: static_end(req)]:
@@ -87,48 +85,36 @@ def audit(
     ideal = IdealSimulator(provider, price_model)
     sessions: dict[str, _Session] = {}
     static = _StaticIndex()
+    scope = ScopeMemory()
     breaks: list[BreakRecord] = []
     misses: list[MissRecord] = []
-    results: list[tuple[_Session, int, dict[str, SimResult]]] = []
+    results: list[tuple[_Session, int, Record, dict[str, SimResult], tuple[str, ...], tuple[str, ...]]] = []
     for n, rec in enumerate(recs):
         sess = sessions.get(rec.session)
         if sess is None:
-            sess = sessions[rec.session] = _Session(SessionReport(rec.session))
+            pipe = SessionPipeline(provider, price_model, scope, apply_markers=False)
+            sess = sessions[rec.session] = _Session(SessionReport(rec.session), pipe)
         now = rec.at or 0.0
         orig = canonicalize(rec.api, rec.body)
-        res = {"as_sent": sims["as_sent"].run(orig, now)}
-        brk = _find_break(rec.session, sess, orig, static)
-
-        fresh = sess.memory.sent is None
-        if fresh:
-            _seed_tools(sess.memory, orig, static)
-        repair = plan_repairs(sess.memory, orig, rec.body)
-        body1 = apply(rec.api, rec.body, repair.plan) if not repair.plan.empty else rec.body
-        rep = canonicalize(rec.api, body1) if body1 is not rec.body else orig
-        planned = rep
-        if provider == "anthropic":
-            bp = plan_breakpoints(rep, sess.memory.sent, anthropic_rules(price_model or rep.model))
-            planned = with_markers(rep, bp.markers, bp.top)
-        res["agentcache"] = sims["agentcache"].run(planned, now)
-        ideal.run(rep)
+        prep = sess.pipe.prepare(rec.api, rec.body, orig)
+        res = {"as_sent": sims["as_sent"].run(orig, now), "agentcache": sims["agentcache"].run(prep.planned, now)}
+        ideal.run(prep.planned)  # markers are not content: the planned chain is the repaired one
+        brk = _break_record(rec.session, sess, prep, static, res["agentcache"])
         if brk is not None:
-            if brk.against is None and sess.prev_sent is not None:
-                fixed = not diagnose(sess.prev_sent, planned).is_break
-            else:
-                fixed = res["agentcache"].matched_tokens >= planned.tokens_before(static_end(planned))
-            breaks.append(_with_repaired(brk, fixed))
-        if fresh:
-            static.tools.setdefault(_tool_names(planned), sess.memory)
-        sess.memory.remember(planned, body1)
+            breaks.append(brk)
+        sess.pipe.commit(prep)
         static.add(rec.session, orig)
-        sess.prev, sess.prev_sent = orig, planned
-        results.append((sess, sess.count, res))
+        sess.prev_sent = prep.planned
+        results.append((sess, sess.count, rec, res, prep.repairs, prep.markers))
         sess.count += 1
         if progress is not None:
             progress(n + 1)
 
     totals = {a: ArmMetrics() for a in ARMS}
-    for (sess, idx, res), ideal_usage in zip(results, ideal.finish(), strict=True):
+    turns: list[TurnRecord] = []
+    for (sess, idx, rec, res, repaired, marks), ideal_usage in zip(results, ideal.finish(), strict=True):
+        usages = {"as_sent": res["as_sent"].usage, "agentcache": res["agentcache"].usage, "ideal": ideal_usage}
+        turns.append(TurnRecord(sess.report.session, idx, rec.at, usages, repaired, marks))
         sess.report.requests += 1
         for arm in ("as_sent", "agentcache"):
             r = res[arm]
@@ -136,11 +122,12 @@ def audit(
             totals[arm].add(r.usage)
             lost = r.matched_tokens - r.usage.cache_read_tokens
             if r.loss_cause and (lost > 0 or r.rejected):
-                misses.append(MissRecord(sess.report.session, idx, arm, r.loss_cause, max(lost, 0), r.rejected, r.loss_where))
+                miss = MissRecord(sess.report.session, idx, arm, r.loss_cause, max(lost, 0), r.rejected, r.loss_where)
+                misses.append(miss)
         sess.report.arms["ideal"].add(ideal_usage)
         totals["ideal"].add(ideal_usage)
     model_name = price_model or _common_model(recs, provider)
-    return AuditReport(provider, model_name, totals, [s.report for s in sessions.values()], breaks, misses)
+    return AuditReport(provider, model_name, totals, [s.report for s in sessions.values()], breaks, misses, turns)
 
 
 def _time_order(recs: list[Record]) -> list[Record]:
@@ -154,13 +141,20 @@ def _time_order(recs: list[Record]) -> list[Record]:
     return [r for _, _, r in keyed]
 
 
-def _find_break(session: str, sess: _Session, orig: CanonicalRequest, static: _StaticIndex) -> BreakRecord | None:
-    if sess.prev is not None:
-        d = diagnose(sess.prev, orig)
-        if not d.is_break or d.cause is None:
+def _break_record(
+    session: str, sess: _Session, prep: Prepared, static: _StaticIndex, agentcache: SimResult
+) -> BreakRecord | None:
+    """The break ``prep``'s request makes against its session's previous request, or, for a first
+    request, against another session's static prefix (only where sharing was possible)."""
+    d = prep.divergence
+    if d is not None:
+        if d.cause is None:
             return None
-        vol = {"start": d.volatile.start, "end": d.volatile.end, "kinds": list(d.volatile.kinds)} if d.volatile else None
-        return BreakRecord(session, sess.count, d.first_divergent, d.cause, d.tokens_lost, False, None, vol)
+        fixed = sess.prev_sent is not None and not diagnose(sess.prev_sent, prep.planned).is_break
+        return BreakRecord(
+            session, sess.count, d.first_divergent, d.cause, d.tokens_lost, fixed, None, _span(d.volatile)
+        )
+    orig = prep.original
     ref = static.match(orig)
     if ref is None:
         return None
@@ -173,24 +167,12 @@ def _find_break(session: str, sess: _Session, orig: CanonicalRequest, static: _S
     if cause not in _CROSS_SESSION_CAUSES:
         return None
     lost = prev.tokens_before(end) - prev.tokens_before(n)
-    vol = {"start": span.start, "end": span.end, "kinds": list(span.kinds)} if span else None
-    return BreakRecord(session, sess.count, path, cause, lost, False, other, vol)
+    fixed = agentcache.matched_tokens >= prep.planned.tokens_before(static_end(prep.planned))
+    return BreakRecord(session, sess.count, path, cause, lost, fixed, other, _span(span))
 
 
-def _with_repaired(b: BreakRecord, fixed: bool) -> BreakRecord:
-    return BreakRecord(b.session, b.request, b.first_divergent, b.cause, b.tokens_lost, fixed, b.against, b.volatile)
-
-
-def _tool_names(req: CanonicalRequest) -> frozenset[str]:
-    return frozenset(b.name or "" for b in req.blocks if b.section == "tool")
-
-
-def _seed_tools(memory: SessionMemory, req: CanonicalRequest, static: _StaticIndex) -> None:
-    """A new session adopts the tool order and bytes of the first session with the same tool set."""
-    first = static.tools.get(_tool_names(req))
-    if first is not None and _tool_names(req):
-        memory.tool_order = list(first.tool_order)
-        memory.tool_units = dict(first.tool_units)
+def _span(span: VolatileSpan | None) -> dict[str, Any] | None:
+    return {"start": span.start, "end": span.end, "kinds": list(span.kinds), "text": span.text} if span else None
 
 
 def _common_model(recs: list[Record], provider: str) -> str:

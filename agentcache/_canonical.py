@@ -20,6 +20,7 @@ A block carries:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,11 +58,6 @@ class Marker:
     ttl: str = "5m"
     raw: Any = None
 
-    @property
-    def seconds(self) -> float:
-        """TTL in seconds."""
-        return 3600.0 if self.ttl == "1h" else 300.0
-
 
 @dataclass(frozen=True, slots=True)
 class Block:
@@ -93,10 +89,11 @@ class Block:
         u = self.unit()
         if isinstance(u, str):
             return u
-        if isinstance(u, dict) and isinstance(u.get("text"), str):
-            return u["text"]
-        if isinstance(u, dict) and isinstance(u.get("content"), str):
-            return u["content"]
+        if isinstance(u, dict):
+            for key in ("text", "content"):
+                value = u.get(key)
+                if isinstance(value, str):
+                    return value
         return self.data.decode()
 
 
@@ -259,10 +256,8 @@ def normalize(value: Any) -> Any:
             if k in MARKER_KEYS:
                 continue
             if k == "arguments" and isinstance(v, str):
-                try:
+                with contextlib.suppress(ValueError):
                     v = json.loads(v)
-                except ValueError:
-                    pass
             out[k] = normalize(v)
         if out.get("type") in ("input_text", "output_text"):
             out["type"] = "text"
@@ -282,9 +277,7 @@ def text_unit(value: Any) -> Any:
 def value_digest(block: Block) -> bytes:
     """Digest of a block's meaning (see :func:`normalize`); equal for re-serialised or re-shaped units."""
     env = json.loads(block.env) if block.env else None
-    return digest(
-        dumps(normalize(env)), json.dumps(normalize(text_unit(block.unit())), sort_keys=True).encode()
-    )
+    return digest(dumps(normalize(env)), json.dumps(normalize(text_unit(block.unit())), sort_keys=True).encode())
 
 
 def iter_message_blocks(req: CanonicalRequest, message: int) -> Iterator[Block]:
@@ -319,9 +312,7 @@ def first_of(seq: Sequence[Block], section: Section) -> int | None:
     return None
 
 
-def with_markers(
-    req: CanonicalRequest, markers: Mapping[int, Marker], top: Marker | None = None
-) -> CanonicalRequest:
+def with_markers(req: CanonicalRequest, markers: Mapping[int, Marker], top: Marker | None = None) -> CanonicalRequest:
     """A copy of ``req`` whose block markers are exactly ``markers`` (block index → Marker) and whose
     top-level marker is ``top``. Markers are not content: digests and chain are unchanged."""
     from dataclasses import replace

@@ -74,13 +74,19 @@ def _classify(
         key = nb.name if nb is not None and nb.is_option else pb.name
         return _OPTION_CAUSES.get(key or "", C.OPTIONS_OTHER), key or pb.path, None
     if pb.section == "tool" or (nb is not None and nb.section == "tool"):
-        return _classify_tools(prev, new, pb, nb), (nb.path if nb is not None and nb.section == "tool" else pb.path), None
+        return (
+            _classify_tools(prev, new, pb, nb),
+            (nb.path if nb is not None and nb.section == "tool" else pb.path),
+            None,
+        )
     if nb is not None and pb.section == "system" and nb.section == "system":
         if value_digest(pb) == value_digest(nb):
             return C.SYSTEM_CHANGED, nb.path, None
         span = volatile_diff(pb.text(), nb.text())
         return (C.SYSTEM_VOLATILE if span else C.SYSTEM_CHANGED), nb.path, span
-    if (pb.section == "system" and pb.message is None) or (nb is not None and nb.section == "system" and nb.message is None):
+    if (pb.section == "system" and pb.message is None) or (
+        nb is not None and nb.section == "system" and nb.message is None
+    ):
         return C.SYSTEM_CHANGED, (nb or pb).path, None
     return _classify_messages(prev, new, pb, nb), (nb.path if nb is not None else pb.path), None
 

@@ -95,7 +95,11 @@ def _repair_tools(
 
 
 def _repair_system(
-    sent: CanonicalRequest, sent_body: dict[str, Any], canon: CanonicalRequest, replace: dict[str, Any], repaired: list[str]
+    sent: CanonicalRequest,
+    sent_body: dict[str, Any],
+    canon: CanonicalRequest,
+    replace: dict[str, Any],
+    repaired: list[str],
 ) -> None:
     old = [b for b in sent.blocks if b.section == "system" and b.message is None]
     new = [b for b in canon.blocks if b.section == "system" and b.message is None]
@@ -104,7 +108,9 @@ def _repair_system(
     if [value_digest(b) for b in old] == [value_digest(b) for b in new] or _one_text(old, new):
         key = "instructions" if "instructions" in sent_body else "system"
         replace[key] = sent_body[key]
-        repaired.append(C.MESSAGES_SHAPE if old[0].path.endswith("]") != new[0].path.endswith("]") else C.MESSAGES_SERIALIZATION)
+        repaired.append(
+            C.MESSAGES_SHAPE if old[0].path.endswith("]") != new[0].path.endswith("]") else C.MESSAGES_SERIALIZATION
+        )
 
 
 def _one_text(old: list[Any], new: list[Any]) -> bool:
@@ -112,7 +118,11 @@ def _one_text(old: list[Any], new: list[Any]) -> bool:
 
 
 def _repair_messages(
-    sent: CanonicalRequest, sent_body: dict[str, Any], canon: CanonicalRequest, replace: dict[str, Any], repaired: list[str]
+    sent: CanonicalRequest,
+    sent_body: dict[str, Any],
+    canon: CanonicalRequest,
+    replace: dict[str, Any],
+    repaired: list[str],
 ) -> None:
     field_name = "input" if "input" in sent_body else "messages"
     old_msgs = sent_body.get(field_name)

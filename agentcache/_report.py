@@ -96,6 +96,20 @@ class MissRecord:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One request of one session as each arm saw it (for per-turn charts and tests; not part of the
+    JSON document). ``repairs``: the causes the ``agentcache`` arm repaired on this request;
+    ``markers``: the block paths it put cache markers on."""
+
+    session: str
+    request: int
+    at: float | None
+    arms: dict[str, SimUsage]
+    repairs: tuple[str, ...] = ()
+    markers: tuple[str, ...] = ()
+
+
 @dataclass(slots=True)
 class SessionReport:
     """Per-session metrics for each arm."""
@@ -106,7 +120,11 @@ class SessionReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON object."""
-        return {"session": self.session, "requests": self.requests, "arms": {a: m.to_dict() for a, m in self.arms.items()}}
+        return {
+            "session": self.session,
+            "requests": self.requests,
+            "arms": {a: m.to_dict() for a, m in self.arms.items()},
+        }
 
 
 @dataclass(slots=True)
@@ -119,7 +137,7 @@ class AuditReport:
     sessions: list[SessionReport]
     breaks: list[BreakRecord]
     misses: list[MissRecord]
-    errors: list[str] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document, with exactly the documented top-level keys."""

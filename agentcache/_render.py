@@ -1,0 +1,192 @@
+"""Human-readable rendering of an :class:`~agentcache.AuditReport` with rich (the default output of
+``agentcache audit``; ``--json`` prints ``report.to_dict()`` instead).
+
+Sections: a header line, the per-arm totals, the breaks (summarised by cause, then the largest
+individual breaks), the misses grouped by (arm, cause), and the sessions that agentcache saves the most
+on. Numbers are right-aligned with thousands separators.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.table import Table
+
+from ._report import ARMS, ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport
+
+__all__ = ["make_console", "render_report"]
+
+#: Width used when stdout is not a terminal (pipes, files, test runners), so cells are not truncated.
+_PIPE_WIDTH = 160
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr); wide enough not to truncate tables when not a terminal."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, width=_PIPE_WIDTH)
+    return console
+
+
+def _int(n: int) -> str:
+    return f"{n:,}"
+
+
+def _usd(x: float) -> str:
+    return f"{x:,.4f}"
+
+
+def _pct(rate: float) -> str:
+    return f"{rate * 100:.1f}%"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{_int(n)} {word}" if n == 1 else f"{_int(n)} {word}s"
+
+
+def _table(title: str, columns: Iterable[str]) -> Table:
+    """A table titled ``title``; a column named ``">name"`` is numeric (right-aligned, never wrapped),
+    any other is text (folded when too long)."""
+    table = Table(title=title, title_justify="left", title_style="bold")
+    for name in columns:
+        if name.startswith(">"):
+            table.add_column(name[1:], justify="right", no_wrap=True)
+        else:
+            table.add_column(name, overflow="fold")
+    return table
+
+
+def render_report(report: AuditReport, console: Console, max_breaks: int = 20, top_sessions: int = 10) -> None:
+    """Print ``report`` to ``console``: header, totals, breaks, misses and top sessions."""
+    requests = report.totals["as_sent"].requests if "as_sent" in report.totals else 0
+    console.print(
+        f"[bold]agentcache audit[/bold]: provider [cyan]{report.provider}[/cyan], model [cyan]{report.model}[/cyan], "
+        f"{_plural(len(report.sessions), 'session')}, {_plural(requests, 'request')}"
+    )
+    console.print(_totals_table(report.totals))
+    _render_breaks(report.breaks, console, max_breaks)
+    _render_misses(report.misses, console)
+    if report.sessions:
+        console.print(_sessions_table(report.sessions, top_sessions))
+
+
+def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
+    """One row per arm with token counts, hit rate, cost and the saving against ``as_sent``."""
+    table = _table(
+        "Totals",
+        [
+            "arm",
+            ">requests",
+            ">prompt tokens",
+            ">cache read",
+            ">cache write",
+            ">uncached",
+            ">hit rate (%)",
+            ">cost (USD)",
+            ">saved vs as_sent",
+        ],
+    )
+    base = totals.get("as_sent")
+    for arm in ARMS:
+        m = totals.get(arm)
+        if m is None:
+            continue
+        saved = "—"
+        if arm != "as_sent" and base is not None:
+            diff = base.cost_usd - m.cost_usd
+            share = f" ({diff / base.cost_usd * 100:.1f}%)" if base.cost_usd else ""
+            saved = _usd(diff) + share
+        table.add_row(
+            arm,
+            _int(m.requests),
+            _int(m.prompt_tokens),
+            _int(m.cache_read_tokens),
+            _int(m.cache_write_tokens),
+            _int(m.uncached_tokens),
+            _pct(m.hit_rate),
+            _usd(m.cost_usd),
+            saved,
+        )
+    return table
+
+
+def _render_breaks(breaks: list[BreakRecord], console: Console, limit: int) -> None:
+    """Breaks by cause (count, tokens lost, repaired), then the ``limit`` largest breaks."""
+    if not breaks:
+        console.print("No prefix breaks.")
+        return
+    by_cause: dict[str, list[BreakRecord]] = defaultdict(list)
+    for b in breaks:
+        by_cause[b.cause].append(b)
+    summary = _table("Breaks by cause", ["cause", ">breaks", ">tokens lost", ">repaired"])
+    for cause, items in sorted(by_cause.items(), key=lambda kv: -sum(b.tokens_lost for b in kv[1])):
+        summary.add_row(
+            cause, _int(len(items)), _int(sum(b.tokens_lost for b in items)), _int(sum(b.repaired for b in items))
+        )
+    console.print(summary)
+    shown = sorted(breaks, key=lambda b: -b.tokens_lost)[:limit]
+    detail = _table(
+        f"Breaks (largest {len(shown)} of {len(breaks)})",
+        ["session", ">request", "first_divergent", "cause", ">tokens lost", ">repaired"],
+    )
+    for b in shown:
+        session = b.session if b.against is None else f"{b.session} (vs {b.against})"
+        repaired = "yes" if b.repaired else "no"
+        detail.add_row(session, _int(b.request), b.first_divergent or "—", b.cause, _int(b.tokens_lost), repaired)
+    console.print(detail)
+    if len(breaks) > len(shown):
+        console.print(f"… {_int(len(breaks) - len(shown))} more breaks not shown (--json lists all).")
+
+
+def _render_misses(misses: list[MissRecord], console: Console) -> None:
+    """Misses grouped by (arm, cause) with counts, tokens lost and rejected requests."""
+    if not misses:
+        console.print("No cache misses.")
+        return
+    groups: dict[tuple[str, str], list[MissRecord]] = defaultdict(list)
+    for m in misses:
+        groups[(m.arm, m.cause)].append(m)
+    order = {arm: i for i, arm in enumerate(ARMS)}
+    table = _table("Misses by arm and cause", ["arm", "cause", ">misses", ">tokens lost", ">rejected"])
+    for (arm, cause), items in sorted(
+        groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)), -sum(m.tokens_lost for m in kv[1]))
+    ):
+        table.add_row(
+            arm, cause, _int(len(items)), _int(sum(m.tokens_lost for m in items)), _int(sum(m.rejected for m in items))
+        )
+    console.print(table)
+
+
+def _sessions_table(sessions: list[SessionReport], limit: int) -> Table:
+    """The ``limit`` sessions with the largest as_sent − agentcache cost saving."""
+
+    def saving(s: SessionReport) -> float:
+        return s.arms["as_sent"].cost_usd - s.arms["agentcache"].cost_usd
+
+    top = sorted(sessions, key=saving, reverse=True)[:limit]
+    table = _table(
+        f"Top {len(top)} sessions by saving (as_sent − agentcache)",
+        [
+            "session",
+            ">requests",
+            ">as_sent hit rate",
+            ">agentcache hit rate",
+            ">as_sent (USD)",
+            ">agentcache (USD)",
+            ">saved (USD)",
+        ],
+    )
+    for s in top:
+        sent, ours = s.arms["as_sent"], s.arms["agentcache"]
+        table.add_row(
+            s.session,
+            _int(s.requests),
+            _pct(sent.hit_rate),
+            _pct(ours.hit_rate),
+            _usd(sent.cost_usd),
+            _usd(ours.cost_usd),
+            _usd(saving(s)),
+        )
+    return table

@@ -1,0 +1,254 @@
+"""The ``agentcache`` command line: ``audit`` on real recorded data, bad input, output formats, logging."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from rich.console import Console
+from typer.testing import CliRunner, Result
+
+from agentcache import ArmMetrics, AuditReport, BreakRecord, ConfigError, SessionReport, audit
+from agentcache import _cli as cli
+from agentcache._logging import configure_logging, reset_logging
+from agentcache._render import render_report
+from agentcache.loaders import load
+
+ROOT = Path(__file__).resolve().parent.parent
+TAU = ROOT / "data" / "tau-bench" / "gpt-4o-airline.json"
+K01 = ROOT / "tests" / "cases" / "k01-tools-reordered.json"
+
+runner = CliRunner()
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+    """Run the CLI in-process (exceptions are not swallowed, so a traceback fails the test)."""
+    return runner.invoke(cli.app, [str(a) for a in args], env=env, catch_exceptions=False)
+
+
+def error_lines(result: Result) -> list[str]:
+    return [ln for ln in result.stderr.splitlines() if ln.strip()]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    reset_logging()
+    yield
+    reset_logging()
+
+
+@pytest.fixture(scope="module")
+def tau_json() -> dict[str, Any]:
+    result = runner.invoke(cli.app, ["audit", str(TAU), "--provider", "anthropic", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def k01_jsonl(tmp_path: Path, bad: dict[int, Any]) -> Path:
+    """The k01 case as a JSONL log (one line per request), with line ``i`` replaced by ``bad[i]``."""
+    case = json.loads(K01.read_text())
+    lines = [json.dumps({"session": "s", "api": case["api"], "at": r["at"], "body": r["body"]}) for r in case["requests"]]
+    lines += [json.dumps({"session": "t", "api": case["api"], "at": 100.0, "body": case["requests"][0]["body"]})]
+    for i, obj in bad.items():
+        lines[i] = json.dumps(obj)
+    path = tmp_path / "log.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# --- real data --------------------------------------------------------------------------------------
+
+
+def test_tau_bench_json(tau_json: dict[str, Any]) -> None:
+    assert set(tau_json) == {"provider", "model", "totals", "sessions", "breaks", "misses"}
+    assert tau_json["provider"] == "anthropic"
+    assert len(tau_json["sessions"]) == 200
+    totals = tau_json["totals"]
+    assert set(totals) == {"as_sent", "agentcache", "ideal"}
+    assert totals["as_sent"]["requests"] == 2454
+    assert totals["as_sent"]["hit_rate"] < 0.01
+    assert totals["ideal"]["hit_rate"] > 0.9
+    assert any(m["arm"] == "as_sent" and m["cause"] == "markers.missing" for m in tau_json["misses"])
+
+
+def test_tau_bench_table() -> None:
+    result = invoke("audit", TAU, "--provider", "anthropic")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    for word in ("as_sent", "agentcache", "ideal", "markers.missing", "200 sessions", "2,454 requests"):
+        assert word in out
+    assert "Top 10 sessions" in out
+
+
+def test_case_tools_reordered_json() -> None:
+    result = invoke("audit", K01, "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["provider"] == "anthropic"  # inferred from the anthropic.messages records
+    assert any(b["cause"] == "tools.reordered" and b["first_divergent"] == "tools[11]" for b in doc["breaks"])
+
+
+def test_explicit_format_and_version() -> None:
+    assert invoke("audit", K01, "--format", "case", "--json").exit_code == 0
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout.startswith("agentcache ")
+
+
+def test_python_dash_m_prints_exactly_the_json_document() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentcache", "audit", str(K01), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = audit(load(K01).records).to_dict()
+    assert proc.stdout == json.dumps(expected, indent=2) + "\n"
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+
+def test_missing_file_is_reported_and_the_good_file_still_audited(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.json"
+    result = invoke("audit", missing, K01, "--json")
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1
+    assert lines[0].startswith("agentcache: error: ") and str(missing) in lines[0]
+    doc = json.loads(result.stdout)
+    assert doc["totals"]["as_sent"]["requests"] == 3
+    assert any(b["cause"] == "tools.reordered" for b in doc["breaks"])
+
+
+def test_missing_file_table_output_still_printed(tmp_path: Path) -> None:
+    result = invoke("audit", tmp_path / "nope.json", K01)
+    assert result.exit_code == 2
+    assert "tools.reordered" in result.stdout
+
+
+def test_unknown_format_file(tmp_path: Path) -> None:
+    odd = tmp_path / "odd.json"
+    odd.write_text('{"hello": "world"}')
+    result = invoke("audit", odd, "--json")
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1 and str(odd) in lines[0]
+    assert result.stdout == ""  # nothing could be loaded: no report
+
+
+def test_jsonl_with_one_malformed_record(tmp_path: Path) -> None:
+    path = k01_jsonl(tmp_path, {2: {"session": "s", "api": "anthropic.messages", "body": "oops"}})
+    result = invoke("audit", path, "--json")
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1
+    assert f"{path} record 2:" in lines[0] and "body" in lines[0]
+    doc = json.loads(result.stdout)
+    assert doc["totals"]["as_sent"]["requests"] == 3
+
+
+def test_malformed_body_found_by_the_audit(tmp_path: Path) -> None:
+    """A record the loader accepts but the adapter rejects (no messages): reported, the rest audited."""
+    path = k01_jsonl(tmp_path, {1: {"session": "s", "api": "anthropic.messages", "body": {"model": "x"}}})
+    result = invoke("audit", path, "--json")
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1 and f"{path} record 1:" in lines[0] and "messages" in lines[0]
+    assert json.loads(result.stdout)["totals"]["as_sent"]["requests"] == 3
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--provider", "gemini"],
+        ["--format", "yaml"],
+    ],
+)
+def test_invalid_option_values(args: list[str]) -> None:
+    result = invoke("audit", K01, *args, "--json")
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1 and lines[0].startswith("agentcache: error: invalid value for")
+    assert result.stdout == ""
+
+
+def test_invalid_log_level() -> None:
+    result = invoke("--log-level", "loud", "audit", K01)
+    assert result.exit_code == 2
+    assert error_lines(result) == ["agentcache: error: invalid log level 'loud'; expected one of "
+                                   "debug, info, warning, error, critical"]
+
+
+def test_only_bad_inputs(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    result = invoke("audit", tmp_path / "a.json", tmp_path / "b.json", "--json")
+    assert result.exit_code == 2 and len(error_lines(result)) == 2 and result.stdout == ""
+    result = invoke("audit", empty, "--json")
+    assert result.exit_code == 2 and "no records" in result.stderr and result.stdout == ""
+
+
+# --- logging ----------------------------------------------------------------------------------------
+
+
+def test_json_logs_go_to_stderr_only() -> None:
+    env = {"AGENTCACHE_LOG_FORMAT": "json", "AGENTCACHE_LOG_LEVEL": "info"}
+    result = invoke("audit", K01, "--json", env=env)
+    assert result.exit_code == 0
+    json.loads(result.stdout)
+    events = [json.loads(ln) for ln in error_lines(result)]
+    assert {"load.done", "audit.done"} <= {e["event"] for e in events}
+    assert all(e["level"] == "info" and "timestamp" in e for e in events)
+
+
+def test_configure_logging_is_idempotent(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("json", "error")
+    configure_logging("json", "error")
+    log = structlog.get_logger("test")
+    log.warning("hidden")
+    log.error("shown", n=1)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert [json.loads(ln)["event"] for ln in err.splitlines()] == ["shown"]
+    with pytest.raises(ConfigError):
+        configure_logging("xml")
+
+
+# --- rendering --------------------------------------------------------------------------------------
+
+
+def test_render_lists_at_most_20_breaks() -> None:
+    breaks = [BreakRecord("s", i, f"messages[{i}]", "messages.edited", 1000 + i, False) for i in range(25)]
+    breaks.append(BreakRecord("s", 30, "tools[2]", "tools.reordered", 5, True))
+    sess = SessionReport("s", 26)
+    report = AuditReport("openai", "gpt-4o", {a: ArmMetrics() for a in ("as_sent", "agentcache", "ideal")},
+                         [sess], breaks, [])
+    buf = io.StringIO()
+    render_report(report, Console(file=buf, width=200))
+    out = buf.getvalue()
+    assert "6 more breaks not shown" in out
+    assert "1,024" in out  # the largest break, with a thousands separator
+    assert "messages.edited" in out and "tools.reordered" in out and "No cache misses." in out
+
+
+def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    with cli._progress(5000) as progress:
+        assert progress is None  # stderr is captured, not a terminal
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with cli._progress(100) as progress:
+        assert progress is None  # too few records
+    with cli._progress(300) as progress:
+        assert progress is not None
+        progress(150)
