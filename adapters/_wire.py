@@ -76,3 +76,20 @@ def require_dict(body: Any, api: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InputError(f"{api} body must be a JSON object, got {type(body).__name__}")
     return body
+
+
+def require_list(value: Any, where: str, *, items: type | tuple[type, ...] = dict) -> list[Any]:
+    """``value`` if it is a list of ``items`` (None counts as empty); else InputError naming ``where``."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, items) for v in value):
+        kinds = items.__name__ if isinstance(items, type) else "/".join(t.__name__ for t in items)
+        raise InputError(f"{where} must be a list of {kinds}")
+    return value
+
+
+def require_content(value: Any, where: str) -> None:
+    """Message content must be a string, a list of content blocks (objects), or null."""
+    if value is None or isinstance(value, str):
+        return
+    require_list(value, where)

@@ -17,7 +17,7 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, get_path, require_dict, set_path
+from ._wire import apply_common, get_path, require_content, require_dict, require_list, set_path
 
 API = "anthropic.messages"
 #: Options that invalidate message blocks but not tools/system.
@@ -32,10 +32,10 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
         raise InputError("anthropic.messages body needs a 'messages' list")
     b = Builder(API, str(body.get("model", "")), counter)
     b.option("model", body.get("model"))
-    for i, tool in enumerate(body.get("tools") or []):
-        name = tool.get("name") if isinstance(tool, dict) else None
-        b.add(f"tools[{i}]", "tool", tool, name=name)
+    for i, tool in enumerate(require_list(body.get("tools"), "tools")):
+        b.add(f"tools[{i}]", "tool", tool, name=tool.get("name"))
     system = body.get("system")
+    require_content(system, "system")
     if isinstance(system, str):
         if system:
             b.add("system", "system", system)
@@ -50,6 +50,7 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
             raise InputError(f"messages[{i}] is not a message object with a role")
         env = dumps({"role": msg["role"]})
         content = msg.get("content")
+        require_content(content, f"messages[{i}].content")
         if isinstance(content, list) and content:
             for j, blk in enumerate(content):
                 b.add(f"messages[{i}].content[{j}]", "message", blk, env=env, message=i)

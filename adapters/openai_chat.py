@@ -16,7 +16,7 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, require_dict
+from ._wire import apply_common, require_content, require_dict, require_list
 
 API = "openai.chat"
 #: Options rendered with the tool definitions, ahead of the messages.
@@ -41,9 +41,9 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
         raise InputError("openai.chat body needs a 'messages' list")
     b = Builder(API, str(body.get("model", "")), counter)
     b.option("model", body.get("model"))
-    for i, tool in enumerate(body.get("tools") or []):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        name = fn.get("name") if isinstance(fn, dict) else (tool.get("name") if isinstance(tool, dict) else None)
+    for i, tool in enumerate(require_list(body.get("tools"), "tools")):
+        fn = tool.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
         b.add(f"tools[{i}]", "tool", tool, name=name)
     for key in TOOL_LEVEL_OPTIONS:
         if key in body:
@@ -54,7 +54,8 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
         section: Section = "system" if msg["role"] in SYSTEM_ROLES else "message"
         env = dumps({k: v for k, v in msg.items() if k not in ("content", "tool_calls")})
         content = msg.get("content")
-        calls = msg.get("tool_calls") or []
+        require_content(content, f"messages[{i}].content")
+        calls = require_list(msg.get("tool_calls"), f"messages[{i}].tool_calls")
         if isinstance(content, list) and content:
             for j, part in enumerate(content):
                 b.add(f"messages[{i}].content[{j}]", section, part, env=env, message=i)

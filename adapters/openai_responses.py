@@ -16,7 +16,7 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, require_dict
+from ._wire import apply_common, require_content, require_dict, require_list
 from .openai_chat import SYSTEM_ROLES, retention_of
 
 API = "openai.responses"
@@ -28,8 +28,8 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
     body = require_dict(body, API)
     b = Builder(API, str(body.get("model", "")), counter)
     b.option("model", body.get("model"))
-    for i, tool in enumerate(body.get("tools") or []):
-        b.add(f"tools[{i}]", "tool", tool, name=tool.get("name") if isinstance(tool, dict) else None)
+    for i, tool in enumerate(require_list(body.get("tools"), "tools")):
+        b.add(f"tools[{i}]", "tool", tool, name=tool.get("name"))
     for key in TOOL_LEVEL_OPTIONS:
         if key in body:
             b.option(key, body[key])
@@ -46,6 +46,7 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
             section: Section = "system" if role in SYSTEM_ROLES else "message"
             env = dumps({k: v for k, v in item.items() if k != "content"}) if role else b""
             content = item.get("content")
+            require_content(content, f"input[{i}].content")
             if role and isinstance(content, list) and content:
                 for j, part in enumerate(content):
                     b.add(f"input[{i}].content[{j}]", section, part, env=env, message=i)

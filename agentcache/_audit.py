@@ -19,6 +19,7 @@ from typing import Any
 from . import _causes as C
 from ._canonical import CanonicalRequest, common_prefix
 from ._diagnose import _classify, diagnose, static_end
+from ._exceptions import ConfigError, InputError
 from ._pipeline import Prepared, ScopeMemory, SessionPipeline
 from ._pricing import anthropic_rules, default_model, normalize_model, openai_rules
 from ._report import ARMS, ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
@@ -71,7 +72,8 @@ def audit(
 
     ``model`` prices every request as that model (default: each request's own model when the provider
     table knows it, else the provider's default). ``progress(n)`` is called after every request.
-    Raises ConfigError for an unknown provider and InputError for a malformed body.
+    A record whose body cannot be read is skipped and listed in ``report.errors`` (InputError naming
+    its file and record). Raises ConfigError for an unknown provider.
     """
     recs = _time_order(list(records))
     if provider is None:
@@ -79,7 +81,7 @@ def audit(
     rules_for = anthropic_rules if provider == "anthropic" else openai_rules
     price_model = model
     if price_model is None:
-        known = {normalize_model(r.body.get("model") or "") for r in recs}
+        known = {normalize_model(str(r.body.get("model") or "")) for r in recs}
         price_model = None if all(rules_for(m).known for m in known) else default_model(provider)
     sims = {"as_sent": simulator_for(provider, price_model), "agentcache": simulator_for(provider, price_model)}
     ideal = IdealSimulator(provider, price_model)
@@ -87,15 +89,20 @@ def audit(
     static = _StaticIndex()
     scope = ScopeMemory()
     breaks: list[BreakRecord] = []
+    errors: list[InputError] = []
     misses: list[MissRecord] = []
     results: list[tuple[_Session, int, Record, dict[str, SimResult], tuple[str, ...], tuple[str, ...]]] = []
     for n, rec in enumerate(recs):
+        now = rec.at or 0.0
+        try:
+            orig = canonicalize(rec.api, rec.body)
+        except (InputError, ConfigError) as exc:  # one bad record never stops the audit
+            errors.append(InputError(str(exc), source=rec.source or None, record=rec.index))
+            continue
         sess = sessions.get(rec.session)
         if sess is None:
             pipe = SessionPipeline(provider, price_model, scope, apply_markers=False)
             sess = sessions[rec.session] = _Session(SessionReport(rec.session), pipe)
-        now = rec.at or 0.0
-        orig = canonicalize(rec.api, rec.body)
         prep = sess.pipe.prepare(rec.api, rec.body, orig)
         res = {"as_sent": sims["as_sent"].run(orig, now), "agentcache": sims["agentcache"].run(prep.planned, now)}
         ideal.run(prep.planned)  # markers are not content: the planned chain is the repaired one
@@ -127,7 +134,9 @@ def audit(
         sess.report.arms["ideal"].add(ideal_usage)
         totals["ideal"].add(ideal_usage)
     model_name = price_model or _common_model(recs, provider)
-    return AuditReport(provider, model_name, totals, [s.report for s in sessions.values()], breaks, misses, turns)
+    return AuditReport(
+        provider, model_name, totals, [s.report for s in sessions.values()], breaks, misses, turns, errors
+    )
 
 
 def _time_order(recs: list[Record]) -> list[Record]:

@@ -28,7 +28,6 @@ from ._exceptions import ConfigError, InputError
 from ._logging import LEVELS, RENDERERS, configure_logging
 from ._render import make_console, render_report
 from ._report import AuditReport
-from .adapters import canonicalize
 from .loaders import FORMATS, Record, load
 
 __all__ = ["app", "main"]
@@ -101,7 +100,7 @@ def _root(
 @app.command("audit")
 def audit_command(
     paths: Annotated[
-        list[Path], typer.Argument(metavar="PATH...", help="Recorded traffic files (formats are auto-detected).")
+        list[Path], typer.Argument(metavar="PATH", help="Recorded traffic files (formats are auto-detected).")
     ],
     provider: Annotated[
         str | None,
@@ -160,42 +159,20 @@ def _load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: _Er
 
 
 def _audit_all(records: list[Record], provider: str | None, model: str | None, errors: _Errors) -> AuditReport | None:
-    """Audit ``records`` once; on a malformed body, report and drop the bad records, then audit the rest.
+    """Audit ``records`` once; records the audit could not read are reported to ``errors``.
 
-    Returns None (after reporting) when nothing auditable is left or the audit cannot run.
+    Returns None (after reporting) when the provider is invalid or no record was auditable.
     """
-    while True:
-        try:
-            with _progress(len(records)) as progress:
-                report = run_audit(records, provider=provider, model=model, progress=progress)
-        except ConfigError as exc:
-            errors.add(str(exc))
-            return None
-        except InputError as exc:
-            bad = _malformed(records)
-            if not bad:
-                errors.add(str(exc))
-                return None
-            for rec, err in bad:
-                errors.add(f"{rec.source} record {rec.index}: {err}")
-            dropped = {id(rec) for rec, _ in bad}
-            records = [r for r in records if id(r) not in dropped]
-            if not records:
-                return None
-            continue
-        log.info("audit.done", provider=report.provider, model=report.model, requests=len(records))
-        return report
-
-
-def _malformed(records: list[Record]) -> list[tuple[Record, InputError | ConfigError]]:
-    """The records whose body the adapters reject, with the reason (only run after an audit failed)."""
-    bad: list[tuple[Record, InputError | ConfigError]] = []
-    for rec in records:
-        try:
-            canonicalize(rec.api, rec.body)
-        except (InputError, ConfigError) as exc:
-            bad.append((rec, exc))
-    return bad
+    try:
+        with _progress(len(records)) as progress:
+            report = run_audit(records, provider=provider, model=model, progress=progress)
+    except ConfigError as exc:
+        errors.add(str(exc))
+        return None
+    for err in report.errors:
+        errors.add(str(err))
+    log.info("audit.done", provider=report.provider, model=report.model, requests=len(records))
+    return report if report.turns else None
 
 
 @contextmanager

@@ -51,9 +51,10 @@ def _validate(renderer: str, level: str) -> tuple[str, str]:
 def configure_logging(renderer: str = "console", level: str = "warning") -> None:
     """Configure structlog to write ``renderer``-formatted lines at ``level`` and above to stderr.
 
-    Processors: contextvars merge, log level, ISO timestamp, then ``JSONRenderer`` (``json``) or
-    ``ConsoleRenderer`` (``console``; colours only when stderr is a terminal). Idempotent: calling it
-    again with the same settings does nothing; other settings replace the previous configuration.
+    Processors: contextvars merge, log level, ISO timestamp, then ``JSONRenderer`` (``json``, after
+    ``format_exc_info``) or ``ConsoleRenderer`` (``console``; colours only when stderr is a terminal).
+    Idempotent: calling it again with the same settings does nothing; other settings replace the
+    previous configuration.
     Raises ConfigError for an unknown renderer or level.
     """
     global _configured
@@ -61,18 +62,18 @@ def configure_logging(renderer: str = "console", level: str = "warning") -> None
     if _configured == settings:
         return
     r, lv = settings
-    final: structlog.types.Processor
+    processors: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso"),
+    ]
     if r == "json":
-        final = structlog.processors.JSONRenderer()
+        # exc_info → a "exception" string, so tracebacks serialise (ConsoleRenderer formats them itself).
+        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:
-        final = structlog.dev.ConsoleRenderer(colors=_stderr_is_tty())
+        processors.append(structlog.dev.ConsoleRenderer(colors=_stderr_is_tty()))
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            final,
-        ],
+        processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[lv]),
         logger_factory=_stderr_logger,
         # Not cached: each log call binds a fresh PrintLogger on the current sys.stderr.

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ._exceptions import InputError
 from .simulate import SimUsage
 
 ARMS = ("as_sent", "agentcache", "ideal")
@@ -138,6 +139,7 @@ class AuditReport:
     breaks: list[BreakRecord]
     misses: list[MissRecord]
     turns: list[TurnRecord] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document, with exactly the documented top-level keys."""

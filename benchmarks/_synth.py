@@ -174,7 +174,8 @@ def _anthropic_message(m: Message) -> Message:
             content.append({"type": "text", "text": m["content"]})
         for call in m.get("tool_calls") or []:
             fn = call["function"]
-            content.append({"type": "tool_use", "id": call["id"], "name": fn["name"], "input": json.loads(fn["arguments"])})
+            args = json.loads(fn["arguments"])
+            content.append({"type": "tool_use", "id": call["id"], "name": fn["name"], "input": args})
         return {"role": "assistant", "content": content}
     return {"role": m["role"], "content": m["content"]}
 

@@ -28,7 +28,7 @@ K01 = ROOT / "tests" / "cases" / "k01-tools-reordered.json"
 runner = CliRunner()
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+def invoke(*args: str | Path, env: dict[str, str] | None = None) -> Result:
     """Run the CLI in-process (exceptions are not swallowed, so a traceback fails the test)."""
     return runner.invoke(cli.app, [str(a) for a in args], env=env, catch_exceptions=False)
 
@@ -56,8 +56,9 @@ def tau_json() -> dict[str, Any]:
 def k01_jsonl(tmp_path: Path, bad: dict[int, Any]) -> Path:
     """The k01 case as a JSONL log (one line per request), with line ``i`` replaced by ``bad[i]``."""
     case = json.loads(K01.read_text())
-    lines = [json.dumps({"session": "s", "api": case["api"], "at": r["at"], "body": r["body"]}) for r in case["requests"]]
-    lines += [json.dumps({"session": "t", "api": case["api"], "at": 100.0, "body": case["requests"][0]["body"]})]
+    api = case["api"]
+    lines = [json.dumps({"session": "s", "api": api, "at": r["at"], "body": r["body"]}) for r in case["requests"]]
+    lines += [json.dumps({"session": "t", "api": api, "at": 100.0, "body": case["requests"][0]["body"]})]
     for i, obj in bad.items():
         lines[i] = json.dumps(obj)
     path = tmp_path / "log.jsonl"
@@ -169,6 +170,20 @@ def test_malformed_body_found_by_the_audit(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["totals"]["as_sent"]["requests"] == 3
 
 
+def test_internal_failure_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failure no single record reproduces is agentcache's own bug: it is not disguised as bad input."""
+
+    def broken(records: Any, **kw: Any) -> AuditReport:
+        records = list(records)
+        if len(records) > 1:
+            raise RuntimeError("bug")
+        return audit(records, **kw)
+
+    monkeypatch.setattr(cli, "run_audit", broken)
+    with pytest.raises(RuntimeError, match="bug"):
+        invoke("audit", K01, "--json")
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -187,8 +202,8 @@ def test_invalid_option_values(args: list[str]) -> None:
 def test_invalid_log_level() -> None:
     result = invoke("--log-level", "loud", "audit", K01)
     assert result.exit_code == 2
-    assert error_lines(result) == ["agentcache: error: invalid log level 'loud'; expected one of "
-                                   "debug, info, warning, error, critical"]
+    expected = "agentcache: error: invalid log level 'loud'; expected one of debug, info, warning, error, critical"
+    assert error_lines(result) == [expected]
 
 
 def test_only_bad_inputs(tmp_path: Path) -> None:
@@ -233,8 +248,8 @@ def test_render_lists_at_most_20_breaks() -> None:
     breaks = [BreakRecord("s", i, f"messages[{i}]", "messages.edited", 1000 + i, False) for i in range(25)]
     breaks.append(BreakRecord("s", 30, "tools[2]", "tools.reordered", 5, True))
     sess = SessionReport("s", 26)
-    report = AuditReport("openai", "gpt-4o", {a: ArmMetrics() for a in ("as_sent", "agentcache", "ideal")},
-                         [sess], breaks, [])
+    totals = {a: ArmMetrics() for a in ("as_sent", "agentcache", "ideal")}
+    report = AuditReport("openai", "gpt-4o", totals, [sess], breaks, [])
     buf = io.StringIO()
     render_report(report, Console(file=buf, width=200))
     out = buf.getvalue()
