@@ -22,10 +22,11 @@ from ._diagnose import _classify, diagnose, static_end
 from ._exceptions import ConfigError, InputError
 from ._pipeline import Prepared, ScopeMemory, SessionPipeline
 from ._pricing import anthropic_rules, default_model, normalize_model, openai_rules
-from ._report import ARMS, ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
+from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
 from ._volatile import VolatileSpan
 from .adapters import canonicalize
 from .loaders import Record
+from .policies import STRATEGIES, apply_strategy
 from .simulate import IdealSimulator, SimResult, simulator_for
 
 #: Cross-session differences worth reporting: the sessions would share the prefix without them.
@@ -67,11 +68,14 @@ def audit(
     provider: str | None = None,
     model: str | None = None,
     progress: Callable[[int], None] | None = None,
+    compare: bool = False,
 ) -> AuditReport:
     """Audit ``records`` under ``provider``'s rules (inferred from the first record's api when None).
 
     ``model`` prices every request as that model (default: each request's own model when the provider
     table knows it, else the provider's default). ``progress(n)`` is called after every request.
+    ``compare`` adds one arm per baseline marker strategy (``anthropic_auto``, ``langchain``,
+    ``litellm``, ``no_markers``; Anthropic rules only).
     A record whose body cannot be read is skipped and listed in ``report.errors`` (InputError naming
     its file and record). Raises ConfigError for an unknown provider.
     """
@@ -83,7 +87,11 @@ def audit(
     if price_model is None:
         known = {normalize_model(str(r.body.get("model") or "")) for r in recs}
         price_model = None if all(rules_for(m).known for m in known) else default_model(provider)
-    sims = {"as_sent": simulator_for(provider, price_model), "agentcache": simulator_for(provider, price_model)}
+    strategies: tuple[str, ...] = STRATEGIES if compare else ()
+    if compare and provider != "anthropic":
+        raise ConfigError("--compare compares Anthropic marker strategies: use --provider anthropic")
+    arms = ("as_sent", "agentcache", "ideal", *strategies)
+    sims = {a: simulator_for(provider, price_model) for a in ("as_sent", "agentcache", *strategies)}
     ideal = IdealSimulator(provider, price_model)
     sessions: dict[str, _Session] = {}
     static = _StaticIndex()
@@ -91,7 +99,7 @@ def audit(
     breaks: list[BreakRecord] = []
     errors: list[InputError] = []
     misses: list[MissRecord] = []
-    results: list[tuple[_Session, int, Record, dict[str, SimResult], tuple[str, ...], tuple[str, ...]]] = []
+    results: list[tuple[_Session, int, Record, dict[str, SimResult], Prepared]] = []
     for n, rec in enumerate(recs):
         now = rec.at or 0.0
         try:
@@ -101,10 +109,12 @@ def audit(
             continue
         sess = sessions.get(rec.session)
         if sess is None:
-            pipe = SessionPipeline(provider, price_model, scope, apply_markers=False)
-            sess = sessions[rec.session] = _Session(SessionReport(rec.session), pipe)
-        prep = sess.pipe.prepare(rec.api, rec.body, orig)
+            pipe = SessionPipeline(provider, price_model, scope, apply_markers=False, session=rec.session)
+            sess = sessions[rec.session] = _Session(SessionReport(rec.session, arms=_arms(arms)), pipe)
+        prep = sess.pipe.prepare(rec.api, rec.body, orig, rec.at)
         res = {"as_sent": sims["as_sent"].run(orig, now), "agentcache": sims["agentcache"].run(prep.planned, now)}
+        for name in strategies:
+            res[name] = sims[name].run(apply_strategy(name, orig), now)
         ideal.run(prep.planned)  # markers are not content: the planned chain is the repaired one
         brk = _break_record(rec.session, sess, prep, static, res["agentcache"])
         if brk is not None:
@@ -112,18 +122,18 @@ def audit(
         sess.pipe.commit(prep)
         static.add(rec.session, orig)
         sess.prev_sent = prep.planned
-        results.append((sess, sess.count, rec, res, prep.repairs, prep.markers))
+        results.append((sess, sess.count, rec, res, prep))
         sess.count += 1
         if progress is not None:
             progress(n + 1)
 
-    totals = {a: ArmMetrics() for a in ARMS}
+    totals = _arms(arms)
     turns: list[TurnRecord] = []
-    for (sess, idx, rec, res, repaired, marks), ideal_usage in zip(results, ideal.finish(), strict=True):
-        usages = {"as_sent": res["as_sent"].usage, "agentcache": res["agentcache"].usage, "ideal": ideal_usage}
-        turns.append(TurnRecord(sess.report.session, idx, rec.at, usages, repaired, marks))
+    for (sess, idx, rec, res, prep), ideal_usage in zip(results, ideal.finish(), strict=True):
+        usages = {a: (ideal_usage if a == "ideal" else res[a].usage) for a in arms}
+        turns.append(TurnRecord(sess.report.session, idx, rec.at, usages, prep.repairs, prep.markers, prep))
         sess.report.requests += 1
-        for arm in ("as_sent", "agentcache"):
+        for arm in ("as_sent", "agentcache", *strategies):
             r = res[arm]
             sess.report.arms[arm].add(r.usage)
             totals[arm].add(r.usage)
@@ -137,6 +147,10 @@ def audit(
     return AuditReport(
         provider, model_name, totals, [s.report for s in sessions.values()], breaks, misses, turns, errors
     )
+
+
+def _arms(names: Iterable[str]) -> dict[str, ArmMetrics]:
+    return {a: ArmMetrics() for a in names}
 
 
 def _time_order(recs: list[Record]) -> list[Record]:

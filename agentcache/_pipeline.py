@@ -2,31 +2,34 @@
 canonicalize → diagnose → repair → plan → apply.
 
 :class:`SessionPipeline` holds one session's memory; :meth:`SessionPipeline.prepare` turns the
-client's wire body into the body agentcache sends (repairs and planned breakpoints applied) and
-reports what it found. :meth:`SessionPipeline.commit` records the prepared request as sent; callers
-commit only once the request actually went out, so a request that failed before sending leaves
-the session unchanged.
+client's wire body into the body agentcache sends (repairs, routing key and planned breakpoints
+applied) and reports what it found. :meth:`SessionPipeline.commit` records the prepared request as
+sent; callers commit only once the request actually went out, so a request that failed before
+sending leaves the session unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ._canonical import CanonicalRequest, with_markers
-from ._diagnose import Divergence, diagnose
+from . import _causes as C
+from ._canonical import CanonicalRequest, common_prefix, with_markers
+from ._config import Settings, get_settings
+from ._diagnose import Divergence, diagnose, static_end
 from ._pricing import anthropic_rules
 from ._repair import SessionMemory, plan_repairs
 from .adapters import WirePlan, apply, canonicalize
-from .policies import plan_breakpoints
+from .policies import KeyPlanner, PlanHints, TTLDecision, choose_ttl, plan_breakpoints
 
 
 @dataclass(slots=True)
 class ScopeMemory:
     """State shared by the sessions of one cache scope: the first tool order and bytes seen for each
-    tool-name set, so a new session of the same agent adopts them (cross-session reuse)."""
+    tool-name set (so a new session of the same agent adopts them), and the OpenAI key planner."""
 
     tools: dict[frozenset[str], SessionMemory] = field(default_factory=dict)
+    keys: KeyPlanner = field(default_factory=KeyPlanner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,9 @@ class Prepared:
     ``body``: the wire body to send (the client's own object when nothing changed). ``original``:
     the client's request, canonical. ``planned``: what is sent, canonical, markers included.
     ``divergence``: ``original`` against the client's previous request (None for the first).
-    ``repairs``: causes repaired. ``markers``: block paths carrying a planned marker.
+    ``repairs``: causes repaired. ``markers``: block paths carrying a planned marker, with the reason
+    for each in ``marker_reasons``. ``ttl``: the TTL decision (Anthropic), else None.
+    ``unmarked``: the wire body before markers were applied (what the session remembers).
     """
 
     body: dict[str, Any]
@@ -45,6 +50,10 @@ class Prepared:
     divergence: Divergence | None
     repairs: tuple[str, ...]
     markers: tuple[str, ...]
+    marker_reasons: tuple[str, ...] = ()
+    ttl: TTLDecision | None = None
+    unmarked: dict[str, Any] | None = None
+    at: float | None = None
 
 
 def _tool_names(req: CanonicalRequest) -> frozenset[str]:
@@ -52,10 +61,13 @@ def _tool_names(req: CanonicalRequest) -> frozenset[str]:
 
 
 class SessionPipeline:
-    """One session's pipeline. ``provider`` decides the policies (``anthropic``: breakpoints are
-    planned; ``openai``: caching is automatic, only repairs apply). ``model`` overrides the request's
-    model for the provider rules. ``apply_markers``: write planned markers onto Anthropic wire bodies
-    (audit only needs them on the canonical form)."""
+    """One session's pipeline.
+
+    ``provider`` decides the policies (``anthropic``: breakpoints and TTL; ``openai``: routing key).
+    ``model`` overrides the request's model for the provider rules. ``lineage``: the root session of
+    a subagent tree (defaults to ``session``); subagents share its OpenAI key. ``apply_markers``:
+    write planned markers onto Anthropic wire bodies (audit only needs them on the canonical form).
+    """
 
     def __init__(
         self,
@@ -63,18 +75,67 @@ class SessionPipeline:
         model: str | None = None,
         scope: ScopeMemory | None = None,
         apply_markers: bool = True,
+        settings: Settings | None = None,
+        session: str = "",
+        lineage: str | None = None,
     ):
         self.provider = provider
         self.model = model
         self.scope = scope if scope is not None else ScopeMemory()
         self.apply_markers = apply_markers
+        self.settings = settings or get_settings()
+        self.session = session
+        self.lineage = lineage or session
         self.memory = SessionMemory()
         self.last_original: CanonicalRequest | None = None
+        self.times: list[float] = []
+        self.timed = True
+        self.edit_points: list[int] = []
+        self.ephemeral_tail = 0
+        self.rewrite_at: int | None = None
+        self.routing_key: str | None = None
 
-    def prepare(self, api: str, body: dict[str, Any], original: CanonicalRequest | None = None) -> Prepared:
-        """Plan the request. Raises InputError for a malformed body (the caller fails open)."""
+    # ---- learning from the client's own history ------------------------------------------------
+
+    def _learn(self, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> None:
+        """Update the hints from how ``new`` relates to the client's previous request ``prev``."""
+        self.ephemeral_tail = 0
+        if div.cause is None:
+            return
+        old = prev.blocks[div.shared_blocks]
+        last_msg = max((b.message for b in prev.blocks if b.message is not None), default=None)
+        n_new = len({b.message for b in new.blocks if b.message is not None})
+        n_old = len({b.message for b in prev.blocks if b.message is not None})
+        if old.message is not None and old.message == last_msg and n_new > n_old:
+            # The client dropped trailing blocks of its last message and went on: they are ephemeral.
+            self.ephemeral_tail = sum(1 for b in prev.blocks[div.shared_blocks :] if not b.is_option)
+        if div.cause == C.MESSAGES_EDITED and old.message is not None:
+            self.edit_points.append(old.message)
+            growth = max(1, n_new - n_old)
+            stride = self.edit_points[-1] - self.edit_points[-2] if len(self.edit_points) > 1 else growth
+            self.rewrite_at = old.message + stride if stride > 0 else None
+
+    def _routing_key(self, req: CanonicalRequest, now: float | None) -> str:
+        """This session's ``prompt_cache_key``: fixed once chosen, so the session stays where its
+        history lives; later requests still count towards the family's rate."""
+        end = static_end(req)
+        family = (req.chain[end - 1] if end else b"").hex()
+        key = self.scope.keys.key(family, self.lineage, now)
+        if self.routing_key is None:
+            self.routing_key = key
+        return self.routing_key
+
+    # ---- the pipeline ------------------------------------------------------------------------
+
+    def prepare(
+        self, api: str, body: dict[str, Any], original: CanonicalRequest | None = None, now: float | None = None
+    ) -> Prepared:
+        """Plan the request sent at ``now`` (seconds; None when unknown). Raises InputError for a
+        malformed body (the caller fails open)."""
         orig = original if original is not None else canonicalize(api, body)
         div = diagnose(self.last_original, orig) if self.last_original is not None else None
+        if div is not None and self.last_original is not None:
+            self._learn(self.last_original, orig, div)
         if self.memory.sent is None:
             first = self.scope.tools.get(_tool_names(orig))
             if first is not None and _tool_names(orig):
@@ -83,23 +144,53 @@ class SessionPipeline:
         repair = plan_repairs(self.memory, orig, body)
         wire = apply(api, body, repair.plan) if not repair.plan.empty else body
         rep = canonicalize(api, wire) if wire is not body else orig
-        planned = rep
+        if (
+            self.provider == "openai"
+            and api != "anthropic.messages"
+            and self.settings.openai_cache_key == "lineage"
+            and not orig.cache_key
+        ):
+            key = self._routing_key(rep, now)
+            wire = apply(api, wire, WirePlan(cache_key=key))
+            rep = replace(rep, cache_key=key)
+        planned, unmarked = rep, wire
         marks: tuple[str, ...] = ()
+        reasons: tuple[str, ...] = ()
+        ttl: TTLDecision | None = None
         if self.provider == "anthropic":
-            bp = plan_breakpoints(rep, self.memory.sent, anthropic_rules(self.model or rep.model))
+            rules = anthropic_rules(self.model or rep.model)
+            shared = common_prefix(self.memory.sent, rep) if self.memory.sent is not None else 0
+            cached = rep.tokens_before(shared)
+            gaps = None
+            if self.timed and now is not None and self.times:
+                gaps = [b - a for a, b in zip([*self.times, now], [*self.times, now][1:], strict=False)]
+            ttl = choose_ttl(gaps, cached, rep.tokens - cached, rules, self.settings.ttl_policy)
+            hints = PlanHints(self.ephemeral_tail, self.rewrite_at, ttl.ttl, self.settings.markers)
+            bp = plan_breakpoints(rep, self.memory.sent, rules, hints)
             planned = with_markers(rep, bp.markers, bp.top)
             marks = tuple(rep.blocks[i].path for i in bp.markers)
+            reasons = tuple(bp.reasons[i] for i in bp.markers)
             if self.apply_markers and api == "anthropic.messages":
-                ttl = {rep.blocks[i].path: m.ttl for i, m in bp.markers.items()}
-                wire = apply(api, wire, WirePlan(markers=tuple(ttl.items()), top_marker=False))
+                wire = apply(
+                    api,
+                    wire,
+                    WirePlan(
+                        markers=tuple((p, m.ttl) for p, m in zip(marks, bp.markers.values(), strict=True)),
+                        top_marker=False,
+                    ),
+                )
                 # A marker on a string turns it into a text block: re-read what is really sent.
                 planned = canonicalize(api, wire)
-        return Prepared(wire, orig, planned, div, repair.repaired, marks)
+        return Prepared(wire, orig, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now)
 
-    def commit(self, prepared: Prepared, wire_without_markers: dict[str, Any] | None = None) -> None:
+    def commit(self, prepared: Prepared) -> None:
         """Record ``prepared`` as sent."""
         fresh = self.memory.sent is None
-        self.memory.remember(prepared.planned, wire_without_markers or prepared.body)
+        self.memory.remember(prepared.planned, prepared.body)
         if fresh:
             self.scope.tools.setdefault(_tool_names(prepared.planned), self.memory)
         self.last_original = prepared.original
+        if prepared.at is None:
+            self.timed = False
+        else:
+            self.times = [*self.times[-31:], prepared.at]

@@ -101,7 +101,8 @@ class MissRecord:
 class TurnRecord:
     """One request of one session as each arm saw it (for per-turn charts and tests; not part of the
     JSON document). ``repairs``: the causes the ``agentcache`` arm repaired on this request;
-    ``markers``: the block paths it put cache markers on."""
+    ``markers``: the block paths it put cache markers on; ``prepared``: the pipeline's full decision
+    (:class:`agentcache._pipeline.Prepared`: TTL choice, marker reasons...)."""
 
     session: str
     request: int
@@ -109,6 +110,7 @@ class TurnRecord:
     arms: dict[str, SimUsage]
     repairs: tuple[str, ...] = ()
     markers: tuple[str, ...] = ()
+    prepared: Any = None
 
 
 @dataclass(slots=True)

@@ -5,6 +5,22 @@ Policies import only the core model; they return frozen decisions that adapters 
 
 from __future__ import annotations
 
-from .breakpoints import BreakpointPlan, plan_breakpoints
+from .anchors import STRATEGIES, apply_strategy
+from .breakpoints import BreakpointPlan, PlanHints, plan_breakpoints
+from .cache_key import KeyPlanner, jump_hash
+from .ttl import KeepWarmDecision, TTLDecision, choose_ttl, long_gap_probability, plan_keep_warm
 
-__all__ = ["BreakpointPlan", "plan_breakpoints"]
+__all__ = [
+    "STRATEGIES",
+    "BreakpointPlan",
+    "KeepWarmDecision",
+    "KeyPlanner",
+    "PlanHints",
+    "TTLDecision",
+    "apply_strategy",
+    "choose_ttl",
+    "jump_hash",
+    "long_gap_probability",
+    "plan_breakpoints",
+    "plan_keep_warm",
+]

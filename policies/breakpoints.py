@@ -1,21 +1,24 @@
 """Anthropic breakpoint placement: where the (at most four) ``cache_control`` markers go.
 
-Candidates, in priority order (the first ``max_breakpoints`` that qualify are used):
+Candidates, in priority order; the first ``max_breakpoints`` that qualify are used:
 
-1. **tail**: the last cacheable block; it writes the entry the next turn reads;
+1. **tail**: the last cacheable block, skipping trailing blocks this session's client is known not
+   to resend (``PlanHints.ephemeral_tail``); it writes the entry the next turn reads;
 2. **read**: the deepest entry the session's previous request wrote that this request still shares,
-   when the tail is more than ``lookback_blocks - 1`` content blocks past it (a long fan-out turn),
-   so the read does not depend on the lookback window;
-3. **system**: the last block of the static prefix (tools, then system), which every session of the
-   same agent shares;
-4. **tools**: the last tool, so tools stay cached when the system text is volatile;
-5. **stable**: the block before the first static block that ever changed in this session (learned
-   from the previous request), else the system block before the last one.
+   when the tail is more than ``lookback_blocks - 1`` content blocks past it (a long fan-out turn);
+3. **rewrite**: the last block before the message the client is expected to rewrite next turn
+   (``PlanHints.rewrite_at``, learned from a sliding window that elides old tool outputs), so the
+   entry written there is still read after the rewrite;
+4. **client**: the client's own valid markers, newest first (``markers="merge"``);
+5. **system**: the last block of the static prefix (tools, then system), shared by every session;
+6. **tools**: the last tool, so tools stay cached when the system text is volatile;
+7. **stable**: the block before the first static block that changed since the last turn, else the
+   system block before the last one.
 
-Extra markers cost nothing in write tokens (a write covers read point → deepest breakpoint once);
-they only use slots. Never on an option, empty text or thinking block; never on a block whose prefix
-is below the model's minimum. The plan is a pure function of the request and the previous one, so
-applying it twice changes nothing.
+Extra markers cost no write tokens (one write covers read point → deepest breakpoint); they only use
+slots. Never on an option, empty text or thinking block; never below the model's minimum cacheable
+length. 1h markers always precede 5m ones (an earlier 5m marker is raised to 1h). The plan is a pure
+function of its inputs, so planning an already planned request gives the same plan.
 """
 
 from __future__ import annotations
@@ -31,10 +34,26 @@ _NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})
 
 
 @dataclass(frozen=True, slots=True)
+class PlanHints:
+    """What the session's history says about the next request.
+
+    ``ephemeral_tail``: trailing content blocks the client sends once and drops next turn.
+    ``rewrite_at``: the message index the client is expected to rewrite next turn, or None.
+    ``ttl``: the TTL for markers agentcache places (from :mod:`agentcache.policies.ttl`).
+    ``mode``: ``merge`` keeps the client's valid markers where slots allow; ``own`` ignores them.
+    """
+
+    ephemeral_tail: int = 0
+    rewrite_at: int | None = None
+    ttl: str = "5m"
+    mode: str = "merge"
+
+
+@dataclass(frozen=True, slots=True)
 class BreakpointPlan:
-    """Markers to place: block index → :class:`Marker`, with the reason for each (``tail``, ``read``,
-    ``system``, ``tools``, ``stable``). ``top`` is a top-level marker (never used by this planner:
-    explicit markers are strictly more precise)."""
+    """Markers to place: block index → :class:`Marker`, and the reason for each (``tail``, ``read``,
+    ``rewrite``, ``client``, ``system``, ``tools``, ``stable``). ``top`` is a top-level marker (this
+    planner never uses one: explicit markers are strictly more precise)."""
 
     markers: Mapping[int, Marker] = field(default_factory=dict)
     reasons: Mapping[int, str] = field(default_factory=dict)
@@ -52,19 +71,30 @@ def _last_eligible(req: CanonicalRequest, end: int, start: int = 0) -> int | Non
     return next((i for i in range(end - 1, start - 1, -1) if eligible(req, i)), None)
 
 
+def _tail_end(req: CanonicalRequest, skip: int) -> int:
+    """Block index bound that leaves out the last ``skip`` content blocks."""
+    end = len(req.blocks)
+    while skip > 0 and end > 0:
+        end -= 1
+        if not req.blocks[end].is_option:
+            skip -= 1
+    return end
+
+
 def plan_breakpoints(
     req: CanonicalRequest,
     prev: CanonicalRequest | None,
     rules: AnthropicRules,
-    ttl: str = "5m",
+    hints: PlanHints | None = None,
 ) -> BreakpointPlan:
     """Plan markers for ``req`` given the session's previous *sent* request ``prev`` (or None).
 
-    Returns at most ``rules.max_breakpoints`` markers, all with ``ttl``.
+    Returns at most ``rules.max_breakpoints`` markers that Anthropic accepts.
     """
+    hints = hints or PlanHints()
     end = static_end(req)
     shared = common_prefix(prev, req) if prev is not None else len(req.blocks)
-    tail = _last_eligible(req, len(req.blocks))
+    tail = _last_eligible(req, _tail_end(req, hints.ephemeral_tail)) or _last_eligible(req, len(req.blocks))
     candidates: list[tuple[int | None, str]] = [(tail, "tail")]
     if prev is not None and tail is not None:
         prev_marks = [i for i, _ in prev.markers() if i < shared]
@@ -73,6 +103,12 @@ def plan_breakpoints(
             gap = sum(1 for b in req.blocks[read + 1 : tail + 1] if not b.is_option)
             if gap > rules.lookback_blocks - 1:
                 candidates.append((read, "read"))
+    if hints.rewrite_at is not None and tail is not None:
+        before = [i for i, b in enumerate(req.blocks) if b.message is not None and b.message < hints.rewrite_at]
+        if before:
+            candidates.append((_last_eligible(req, before[-1] + 1), "rewrite"))
+    client = dict(req.markers()) if hints.mode == "merge" else {}
+    candidates += [(i, "client") for i in sorted(client, reverse=True) if eligible(req, i)]
     system = _last_eligible(req, end)
     candidates.append((system, "system"))
     last_tool = max((i for i, b in enumerate(req.blocks) if b.section == "tool"), default=None)
@@ -89,5 +125,18 @@ def plan_breakpoints(
         if i is None or i in chosen or req.tokens_before(i + 1) < rules.min_cacheable_tokens:
             continue
         chosen[i] = why
-    marker = Marker(ttl)
-    return BreakpointPlan({i: marker for i in sorted(chosen)}, dict(sorted(chosen.items())))
+    ttls = {
+        i: (client[i].ttl if why == "client" and client[i].ttl in ("5m", "1h") else hints.ttl)
+        for i, why in chosen.items()
+    }
+    # 1h entries must precede 5m ones: raise any 5m marker that sits before a 1h marker.
+    seen_1h = False
+    for i in sorted(ttls, reverse=True):
+        seen_1h = seen_1h or ttls[i] == "1h"
+        if seen_1h:
+            ttls[i] = "1h"
+    markers = {
+        i: (client[i] if chosen[i] == "client" and client[i].ttl == ttls[i] else Marker(ttls[i]))
+        for i in sorted(chosen)
+    }
+    return BreakpointPlan(markers, dict(sorted(chosen.items())))

@@ -1,0 +1,83 @@
+"""Settings: environment variables ``AGENTCACHE_*`` and an optional TOML file.
+
+Precedence: explicit arguments > environment > TOML file (``AGENTCACHE_CONFIG`` or ``--config``) >
+defaults. Configure once at start-up (:func:`configure`); :func:`reset_settings` is for tests.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ._exceptions import ConfigError
+
+
+class Settings(BaseSettings):
+    """agentcache's behaviour switches. Every field is also ``AGENTCACHE_<NAME>`` in the environment.
+
+    ``markers``: ``merge`` keeps the client's valid Anthropic markers in the slots agentcache's own
+    tail/read markers leave; ``own`` lets agentcache place all of them.
+    ``ttl_policy``: ``auto`` picks 5m or 1h per session from observed gaps and prices; ``5m``/``1h``
+    pin it. ``keep_warm``: act on keep-warm decisions (proxy/wrappers; off by default).
+    ``move_volatile``: opt-in; moves a volatile system line (date, time, UUID) after the last
+    breakpoint. This changes the prompt, so it is off by default.
+    ``openai_cache_key``: ``lineage`` sets a ``prompt_cache_key`` per session lineage when the client
+    sends none; ``off`` never adds one. ``openai_rpm_per_key``: requests/min one key may carry before
+    sessions are sharded over several keys (OpenAI's published ~15).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="AGENTCACHE_", extra="ignore")
+
+    markers: Literal["merge", "own"] = "merge"
+    ttl_policy: Literal["auto", "5m", "1h"] = "auto"
+    keep_warm: bool = False
+    move_volatile: bool = False
+    openai_cache_key: Literal["lineage", "off"] = "lineage"
+    openai_rpm_per_key: float = Field(15.0, gt=0)
+
+
+_settings: Settings | None = None
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from ``path`` (TOML; keys as the field names, optionally under ``[agentcache]``),
+    the environment, and ``overrides``. Raises ConfigError for a bad file or value."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        data = raw.get("agentcache", raw)
+    try:
+        # Environment beats the file: pass file values only where no env var is set.
+        env = Settings()
+        merged = {**data, **{k: v for k, v in env.model_dump().items() if k in env.model_fields_set}}
+        return Settings.model_validate({**merged, **overrides})
+    except ValueError as exc:
+        raise ConfigError(f"invalid settings: {exc}") from None
+
+
+def configure(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Load and install the process-wide settings (once, at start-up)."""
+    global _settings
+    _settings = load_settings(path, **overrides)
+    return _settings
+
+
+def get_settings() -> Settings:
+    """The process-wide settings (defaults + environment when :func:`configure` was not called)."""
+    global _settings
+    if _settings is None:
+        _settings = load_settings()
+    return _settings
+
+
+def reset_settings() -> None:
+    """Forget the process-wide settings (tests)."""
+    global _settings
+    _settings = None

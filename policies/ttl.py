@@ -1,0 +1,99 @@
+"""TTL choice (5m or 1h) and keep-warm decisions for Anthropic cache entries.
+
+The decision compares expected input cost over the next turn, in units of base-price input tokens,
+with ``P`` = tokens already cached (read this turn) and ``T`` = new tokens this turn writes:
+
+* 5m: ``w5·T + p5·w5·(P+T) + (1−p5)·r·(P+T)``: if the next gap exceeds 5 minutes (probability
+  ``p5``) the whole prefix is written again;
+* 1h: ``w1·T + p1·w1·(P+T) + (1−p1)·r·(P+T)``.
+
+``w5``, ``w1``, ``r`` are the write/read multipliers of ``AnthropicRules`` (1.25, 2, 0.1). A hit
+refreshes the TTL, so only the new tail pays the 1h premium. ``p`` is estimated from the session's
+observed gaps with a weak prior (``(n_long + 0.1) / (n + 2.1)``); with no timing information (recorded
+traffic without timestamps) no gap is assumed to be long and 5m is kept.
+
+A keep-warm request (a prefill-only request that reads the prefix, refreshing its TTL) is worth
+sending when ``k·r·(P+T) < (w5 − r)·(P+T)`` for the ``k`` refreshes needed to bridge the expected gap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agentcache._pricing import AnthropicRules
+
+_PRIOR_LONG, _PRIOR_N = 0.1, 2.1
+
+
+@dataclass(frozen=True, slots=True)
+class TTLDecision:
+    """The chosen TTL and why. Costs are in base-price input tokens (multiply by the model's USD/token)."""
+
+    ttl: str
+    p_long_5m: float
+    p_long_1h: float
+    prefix_tokens: int
+    new_tokens: int
+    expected_cost_5m: float
+    expected_cost_1h: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeepWarmDecision:
+    """Send ``count`` prefill-only requests, the first at ``first_at`` seconds after the last request
+    and then every ``interval`` seconds, when that is cheaper than rewriting the prefix."""
+
+    send: bool
+    first_at: float
+    interval: float
+    count: int
+    cost_keep_warm: float
+    cost_expire: float
+    reason: str
+
+
+def long_gap_probability(gaps: Sequence[float], limit: float) -> float:
+    """Estimated probability that the next gap exceeds ``limit`` seconds."""
+    n_long = sum(1 for g in gaps if g > limit)
+    return (n_long + _PRIOR_LONG) / (len(gaps) + _PRIOR_N)
+
+
+def choose_ttl(
+    gaps: Sequence[float] | None, prefix_tokens: int, new_tokens: int, rules: AnthropicRules, pinned: str = "auto"
+) -> TTLDecision:
+    """Pick 5m or 1h for the markers this turn writes. ``gaps``: the session's past inter-request gaps
+    in seconds, or None when the traffic carries no timestamps. ``pinned``: ``auto``, ``5m`` or ``1h``."""
+    if gaps is None or pinned != "auto":
+        ttl = pinned if pinned != "auto" else "5m"
+        why = f"pinned to {ttl} by settings" if pinned != "auto" else "no timing information: 5m"
+        return TTLDecision(ttl, 0.0, 0.0, prefix_tokens, new_tokens, 0.0, 0.0, why)
+    p5 = long_gap_probability(gaps, rules.ttl_5m_seconds)
+    p1 = long_gap_probability(gaps, rules.ttl_1h_seconds)
+    whole = prefix_tokens + new_tokens
+    w5, w1, r = rules.write_5m_multiplier, rules.write_1h_multiplier, rules.read_multiplier
+    c5 = w5 * new_tokens + p5 * w5 * whole + (1 - p5) * r * whole
+    c1 = w1 * new_tokens + p1 * w1 * whole + (1 - p1) * r * whole
+    ttl = "1h" if c1 < c5 else "5m"
+    reason = (
+        f"{len(gaps)} gaps seen, P(gap>5m)={p5:.2f}: expected cost 5m={c5:,.0f} vs 1h={c1:,.0f} "
+        f"token-equivalents over the next turn ({prefix_tokens:,} cached + {new_tokens:,} new)"
+    )
+    return TTLDecision(ttl, p5, p1, prefix_tokens, new_tokens, c5, c1, reason)
+
+
+def plan_keep_warm(
+    expected_gap: float, ttl_seconds: float, prefix_tokens: int, rules: AnthropicRules, margin: float = 30.0
+) -> KeepWarmDecision:
+    """Whether to keep an entry of ``prefix_tokens`` alive across an ``expected_gap`` (seconds)."""
+    interval = max(ttl_seconds - margin, 1.0)
+    count = max(0, math.ceil(expected_gap / interval) - 1)
+    keep = count * rules.read_multiplier * prefix_tokens
+    expire = (rules.write_5m_multiplier - rules.read_multiplier) * prefix_tokens
+    if count == 0:
+        return KeepWarmDecision(False, 0.0, interval, 0, 0.0, 0.0, "the entry outlives the expected gap")
+    send = keep < expire
+    reason = f"{count} refreshes cost {keep:,.0f} vs rewriting {expire:,.0f} token-equivalents"
+    return KeepWarmDecision(send, interval, interval, count if send else 0, keep, expire, reason)
