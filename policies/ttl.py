@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from agentcache._pricing import AnthropicRules
 
 _PRIOR_LONG, _PRIOR_N = 0.1, 2.1
+_DECAY = 0.85
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +56,12 @@ class KeepWarmDecision:
     reason: str
 
 
-def long_gap_probability(gaps: Sequence[float], limit: float) -> float:
-    """Estimated probability that the next gap exceeds ``limit`` seconds."""
-    n_long = sum(1 for g in gaps if g > limit)
-    return (n_long + _PRIOR_LONG) / (len(gaps) + _PRIOR_N)
+def long_gap_probability(gaps: Sequence[float], limit: float, decay: float = _DECAY) -> float:
+    """Estimated probability that the next gap exceeds ``limit`` seconds: recent gaps weigh more
+    (weight ``decay**age``), so a session whose long pauses are over soon stops paying for 1h."""
+    weights = [decay**age for age in range(len(gaps) - 1, -1, -1)]
+    n_long = sum(w for w, g in zip(weights, gaps, strict=True) if g > limit)
+    return (n_long + _PRIOR_LONG) / (sum(weights) + _PRIOR_N)
 
 
 def choose_ttl(

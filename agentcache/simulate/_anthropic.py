@@ -8,9 +8,11 @@ Modelled rules (platform.claude.com/docs/en/build-with-claude/prompt-caching; nu
   an empty text block or a thinking block, or a 1h marker after a 5m one is rejected (HTTP 400);
 * each breakpoint looks back ``lookback_blocks`` content blocks for the deepest entry an *earlier*
   request wrote, whose TTL is still alive; a hit refreshes that entry's TTL;
-* each breakpoint whose prefix reaches the model's minimum cacheable length writes an entry;
-  ``cache_creation`` counts tokens between the read point and the deepest breakpoint, priced 1.25×
-  (5m) or 2× (1h); reads cost 0.1×; tokens after the last breakpoint are plain input;
+* each breakpoint past the read point whose prefix reaches the model's minimum cacheable length
+  writes an entry; ``cache_creation`` counts tokens between the read point and the deepest
+  breakpoint, each segment priced by its breakpoint's TTL, 1.25× (5m) or 2× (1h) (the "mixing TTLs"
+  billing rule); reads cost 0.1×; tokens after the last breakpoint are plain input. Breakpoints at
+  or before the read point write nothing; their existing entries count as used and are refreshed;
 * the cache scope is one model (one workspace): sessions share entries.
 
 Simplifications, documented: token counts are tiktoken estimates; an entry becomes readable as soon
@@ -122,20 +124,22 @@ class AnthropicSimulator:
         write5 = write1h = 0
         covered = read_idx
         for b, ttl in bps:
+            ent = scope.entries.get(req.chain[b])
+            if b <= read_idx:
+                # Already read: nothing is written here (Anthropic bills writes only past the highest
+                # hit); an entry that exists was used, so its TTL is refreshed.
+                if ent is not None and ent.expires > now:
+                    ent.expires = max(ent.expires, now + ent.ttl)
+                continue
             if req.tokens_before(b + 1) < rules.min_cacheable_tokens:
                 continue
-            if b > covered:
-                seg = req.tokens_before(b + 1) - req.tokens_before(covered + 1)
-                if ttl >= rules.ttl_1h_seconds:
-                    write1h += seg
-                else:
-                    write5 += seg
-                covered = b
-            ent = scope.entries.get(req.chain[b])
-            if ent is None or ent.expires <= now:
-                scope.entries[req.chain[b]] = _Entry(now + ttl, ttl)
+            seg = req.tokens_before(b + 1) - req.tokens_before(covered + 1)
+            if ttl >= rules.ttl_1h_seconds:
+                write1h += seg
             else:
-                ent.expires = max(ent.expires, now + ttl)
+                write5 += seg
+            covered = b
+            scope.entries[req.chain[b]] = _Entry(now + ttl, ttl)
         scope.seen.add(req)
         uncached = prompt - read - write5 - write1h
         usage = SimUsage(prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h)
