@@ -84,6 +84,8 @@ def audit(
         provider = "anthropic" if recs and recs[0].api.startswith("anthropic") else "openai"
     rules_for = anthropic_rules if provider == "anthropic" else openai_rules
     price_model = model
+    if model is not None and not rules_for(model).known:
+        raise ConfigError(f"unknown {provider} model {model!r}: add it to agentcache/data/models.toml")
     if price_model is None:
         known = {normalize_model(str(r.body.get("model") or "")) for r in recs}
         price_model = None if all(rules_for(m).known for m in known) else default_model(provider)

@@ -11,9 +11,11 @@ remaining inputs are still audited, and the exit code is 2 at the end.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from ._audit import audit as run_audit
 from ._exceptions import ConfigError, InputError
+from ._html import render_html
 from ._logging import LEVELS, RENDERERS, configure_logging
 from ._render import make_console, render_report
 from ._report import AuditReport
@@ -33,6 +36,16 @@ from .loaders import FORMATS, Record, load
 __all__ = ["app", "main"]
 
 PROVIDERS: tuple[str, ...] = ("anthropic", "openai")
+
+
+class ProviderChoice(StrEnum):
+    """Values of ``--provider``."""
+
+    anthropic = "anthropic"
+    openai = "openai"
+
+
+FormatChoice = Enum("FormatChoice", {f.replace("-", "_"): f for f in FORMATS}, type=str)  # type: ignore[misc]
 #: Show a progress bar (on a terminal) when auditing more records than this.
 PROGRESS_THRESHOLD = 200
 #: Exit code for bad input (files, records, option values), as for usage errors.
@@ -103,35 +116,47 @@ def audit_command(
         list[Path], typer.Argument(metavar="PATH", help="Recorded traffic files (formats are auto-detected).")
     ],
     provider: Annotated[
-        str | None,
-        typer.Option(help="Cache rules to simulate: anthropic or openai (default: from the first record's api)."),
+        ProviderChoice | None,
+        typer.Option(help="Cache rules to simulate (default: from the first record's api)."),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Price every request as this model.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout.")] = False,
     fmt: Annotated[
-        str | None, typer.Option("--format", help=f"Input format, skipping detection: {', '.join(FORMATS)}.")
+        FormatChoice | None, typer.Option("--format", help="Input format, skipping detection.")
     ] = None,
     tools: Annotated[
         Path | None, typer.Option(help="Tool schemas for tau-bench files (default: <domain>_tools.json beside them).")
     ] = None,
+    compare: Annotated[
+        bool,
+        typer.Option(
+            "--compare",
+            help="Add one arm per baseline marker strategy (anthropic_auto, langchain, litellm, no_markers).",
+        ),
+    ] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write a self-contained HTML report (charts work offline).")
+    ] = None,
 ) -> None:
     """Audit recorded traffic: what its prompt caching cost, what it could cost, and why each prefix broke."""
-    if provider is not None and provider not in PROVIDERS:
-        raise _fail(f"invalid value for --provider: {provider!r}; expected one of {', '.join(PROVIDERS)}")
-    if fmt is not None and fmt not in FORMATS:
-        raise _fail(f"invalid value for --format: {fmt!r}; expected one of {', '.join(FORMATS)}")
     errors = _Errors()
-    records = _load_all(paths, fmt, None if tools is None else str(tools), errors)
+    fmt_name = fmt.value if fmt is not None else None
+    records = _load_all(paths, fmt_name, None if tools is None else str(tools), errors)
     if not records:
         if not errors.count:
             errors.add("no records to audit in " + ", ".join(str(p) for p in paths))
         raise typer.Exit(EXIT_BAD_INPUT)
-    report = _audit_all(records, provider, model, errors)
+    report = _audit_all(records, provider.value if provider else None, model, errors, compare)
     if report is not None:
         if json_output:
             typer.echo(json.dumps(report.to_dict(), indent=2))
         else:
             render_report(report, make_console())
+        if html is not None:
+            try:
+                html.write_text(render_html(report))
+            except OSError as exc:
+                errors.add(f"{html}: cannot write the HTML report: {exc.strerror or exc}")
     if errors.count or report is None:
         raise typer.Exit(EXIT_BAD_INPUT)
 
@@ -151,6 +176,8 @@ def _load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: _Er
             continue
         for err in result.errors:
             errors.add(str(err))
+        if not result.records and not result.errors:
+            errors.add(f"{path}: no records to audit")
         log.info(
             "load.done", path=str(path), format=result.format, records=len(result.records), errors=len(result.errors)
         )
@@ -158,14 +185,16 @@ def _load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: _Er
     return records
 
 
-def _audit_all(records: list[Record], provider: str | None, model: str | None, errors: _Errors) -> AuditReport | None:
+def _audit_all(
+    records: list[Record], provider: str | None, model: str | None, errors: _Errors, compare: bool = False
+) -> AuditReport | None:
     """Audit ``records`` once; records the audit could not read are reported to ``errors``.
 
     Returns None (after reporting) when the provider is invalid or no record was auditable.
     """
     try:
         with _progress(len(records)) as progress:
-            report = run_audit(records, provider=provider, model=model, progress=progress)
+            report = run_audit(records, provider=provider, model=model, progress=progress, compare=compare)
     except ConfigError as exc:
         errors.add(str(exc))
         return None
@@ -193,4 +222,9 @@ def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
 
 def main() -> None:
     """Console-script entry point."""
-    app(prog_name="agentcache")
+    try:
+        app(prog_name="agentcache")
+    except BrokenPipeError:
+        # The reader went away (``agentcache audit … | head``): not an error of ours.
+        sys.stderr.close()
+        os._exit(0)

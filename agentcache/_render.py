@@ -8,13 +8,15 @@ on. Numbers are right-aligned with thousands separators.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Iterable
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ._report import ARMS, ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport
+from ._report import ARMS, ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
 
 __all__ = ["make_console", "render_report"]
 
@@ -25,7 +27,7 @@ _PIPE_WIDTH = 160
 def make_console(stderr: bool = False) -> Console:
     """A console on stdout (or stderr); wide enough not to truncate tables when not a terminal."""
     console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:
+    if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(stderr=stderr, highlight=False, width=_PIPE_WIDTH)
     return console
 
@@ -49,12 +51,13 @@ def _plural(n: int, word: str) -> str:
 def _table(title: str, columns: Iterable[str]) -> Table:
     """A table titled ``title``; a column named ``">name"`` is numeric (right-aligned, never wrapped),
     any other is text (folded when too long)."""
-    table = Table(title=title, title_justify="left", title_style="bold")
-    for name in columns:
+    table = Table(title=title, title_justify="left", title_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
+    for i, name in enumerate(columns):
         if name.startswith(">"):
             table.add_column(name[1:], justify="right", no_wrap=True)
         else:
-            table.add_column(name, overflow="fold")
+            # The first column names the row (an arm, a cause): it must stay readable on 80 columns.
+            table.add_column(name, overflow="fold", no_wrap=i == 0, min_width=10 if i == 0 else None)
     return table
 
 
@@ -68,6 +71,7 @@ def render_report(report: AuditReport, console: Console, max_breaks: int = 20, t
     console.print(_totals_table(report.totals))
     _render_breaks(report.breaks, console, max_breaks)
     _render_misses(report.misses, console)
+    _render_ttl(report.turns, console)
     if report.sessions:
         console.print(_sessions_table(report.sessions, top_sessions))
 
@@ -76,23 +80,10 @@ def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
     """One row per arm with token counts, hit rate, cost and the saving against ``as_sent``."""
     table = _table(
         "Totals",
-        [
-            "arm",
-            ">requests",
-            ">prompt tokens",
-            ">cache read",
-            ">cache write",
-            ">uncached",
-            ">hit rate (%)",
-            ">cost (USD)",
-            ">saved vs as_sent",
-        ],
+        ["arm", ">prompt", ">read", ">write", ">uncached", ">hit rate", ">USD", ">saved"],
     )
     base = totals.get("as_sent")
-    for arm in ARMS:
-        m = totals.get(arm)
-        if m is None:
-            continue
+    for arm, m in totals.items():
         saved = "—"
         if arm != "as_sent" and base is not None:
             diff = base.cost_usd - m.cost_usd
@@ -100,7 +91,6 @@ def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
             saved = _usd(diff) + share
         table.add_row(
             arm,
-            _int(m.requests),
             _int(m.prompt_tokens),
             _int(m.cache_read_tokens),
             _int(m.cache_write_tokens),
@@ -156,6 +146,22 @@ def _render_misses(misses: list[MissRecord], console: Console) -> None:
         table.add_row(
             arm, cause, _int(len(items)), _int(sum(m.tokens_lost for m in items)), _int(sum(m.rejected for m in items))
         )
+    console.print(table)
+
+
+def _render_ttl(turns: list[TurnRecord], console: Console) -> None:
+    """How the TTL policy chose (Anthropic only): requests per TTL with the latest reason for each."""
+    reasons: dict[str, tuple[int, str]] = {}
+    for t in turns:
+        ttl = getattr(t.prepared, "ttl", None)
+        if ttl is not None:
+            count, _ = reasons.get(ttl.ttl, (0, ""))
+            reasons[ttl.ttl] = (count + 1, ttl.reason)
+    if not reasons:
+        return
+    table = _table("TTL choices (agentcache arm)", ["ttl", ">requests", "latest reason"])
+    for ttl, (count, reason) in sorted(reasons.items()):
+        table.add_row(ttl, _int(count), reason)
     console.print(table)
 
 

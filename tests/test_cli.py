@@ -192,11 +192,27 @@ def test_internal_failure_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_invalid_option_values(args: list[str]) -> None:
+    # Choices are checked by typer itself: a usage error (exit 2) naming the bad value, no report.
     result = invoke("audit", K01, *args, "--json")
     assert result.exit_code == 2
-    lines = error_lines(result)
-    assert len(lines) == 1 and lines[0].startswith("agentcache: error: invalid value for")
+    assert args[1] in result.stderr
     assert result.stdout == ""
+
+
+def test_unknown_model_is_an_error() -> None:
+    result = invoke("audit", K01, "--model", "no-such-model", "--json")
+    assert result.exit_code == 2
+    assert "unknown anthropic model 'no-such-model'" in result.stderr
+    assert result.stdout == ""
+
+
+def test_empty_file_among_good_ones(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = invoke("audit", empty, K01, "--json")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["totals"]["as_sent"]["requests"] == 3
+    assert any(str(empty) in line for line in error_lines(result))
 
 
 def test_invalid_log_level() -> None:

@@ -157,6 +157,8 @@ class AnthropicSimulator:
         matched: int,
         now: float,
     ) -> tuple[str, str | None]:
+        if matched < rules.min_cacheable_tokens:
+            return C.BELOW_MINIMUM, None
         if not bps:
             return C.MARKERS_MISSING, None
         alive = -1
@@ -167,8 +169,6 @@ class AnthropicSimulator:
             if ent.expires <= now:
                 return C.TTL_EXPIRED, req.blocks[i].path
             alive = i
-        if matched < rules.min_cacheable_tokens:
-            return C.BELOW_MINIMUM, None
         if alive > read_idx:
             beyond = [b for b, _ in bps if b >= alive]
             if beyond:
