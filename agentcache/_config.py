@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     keep_warm: bool = False
     move_volatile: bool = False
     openai_cache_key: Literal["lineage", "off"] = "lineage"
-    openai_rpm_per_key: float = Field(15.0, gt=0)
+    openai_rpm_per_key: float = Field(default=15.0, gt=0)
 
 
 _settings: Settings | None = None

@@ -18,10 +18,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workloads import WORKLOADS  # noqa: E402
+from workloads import WORKLOADS
 
-from agentcache import audit  # noqa: E402
-from agentcache.policies import STRATEGIES  # noqa: E402
+from agentcache import audit
+from agentcache.policies import STRATEGIES
 
 MODEL = "claude-sonnet-4-5"
 
@@ -65,7 +65,8 @@ def run(name: str) -> dict[str, Any]:
 def table(res: dict[str, Any]) -> str:
     """Markdown table of one workload."""
     lines = [
-        f"### {res['workload']} ({res['sessions']} sessions, {res['requests']:,} requests, audited in {res['seconds']} s)",
+        f"### {res['workload']} ({res['sessions']} sessions, {res['requests']:,} requests, "
+        f"audited in {res['seconds']} s)",
         "",
         "| arm | hit rate | cost (USD) |",
         "|---|---:|---:|",

@@ -55,7 +55,9 @@ def _fan_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def fanout() -> list[Record]:
     """tau-bench with 12-way parallel tool calls (same call and result, distinct ids)."""
     return [
-        Record(r.session, r.api, {**r.body, "messages": _fan_messages(r.body["messages"])}, r.at, None, r.source, r.index)
+        Record(
+            r.session, r.api, {**r.body, "messages": _fan_messages(r.body["messages"])}, r.at, None, r.source, r.index
+        )
         for r in taubench()
     ]
 
@@ -72,8 +74,9 @@ def gaps(seed: int = 7) -> list[Record]:
         t = 20.0 * n
         for i, r in enumerate(recs):
             if i:
-                answered_user = not recs[i - 1 + 1].body["messages"][len(recs[i - 1].body["messages"])].get("tool_calls")
-                t += rng.uniform(300, 1800) if answered_user else rng.uniform(2, 10)
+                # The previous request's response is the first message this request adds.
+                response = r.body["messages"][len(recs[i - 1].body["messages"])]
+                t += rng.uniform(2, 10) if response.get("tool_calls") else rng.uniform(300, 1800)
             out.append(Record(r.session, r.api, r.body, t, None, r.source, r.index))
     return out
 
