@@ -98,10 +98,10 @@ class SessionPipeline:
     # ---- learning from the client's own history ------------------------------------------------
 
     def _learn(self, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> None:
-        """Update the hints from how ``new`` relates to the client's previous request ``prev``."""
+        """Update the hints from how the repaired request ``new`` relates to the last sent ``prev``."""
         self.ephemeral_tail = 0
-        if div.cause is None:
-            return
+        if div.cause is None or div.cause in C.REPAIRABLE_BREAKS:
+            return  # same meaning: nothing about the client's habits to learn
         old = prev.blocks[div.shared_blocks]
         last_msg = max((b.message for b in prev.blocks if b.message is not None), default=None)
         n_new = len({b.message for b in new.blocks if b.message is not None})
@@ -134,8 +134,6 @@ class SessionPipeline:
         malformed body (the caller fails open)."""
         orig = original if original is not None else canonicalize(api, body)
         div = diagnose(self.last_original, orig) if self.last_original is not None else None
-        if div is not None and self.last_original is not None:
-            self._learn(self.last_original, orig, div)
         if self.memory.sent is None:
             first = self.scope.tools.get(_tool_names(orig))
             if first is not None and _tool_names(orig):
@@ -153,6 +151,10 @@ class SessionPipeline:
             key = self._routing_key(rep, now)
             wire = apply(api, wire, WirePlan(cache_key=key))
             rep = replace(rep, cache_key=key)
+        if self.memory.sent is not None:
+            # Learn from the repaired request against what was sent, so the lesson does not depend on
+            # whether the client's bytes needed repairs (planning twice gives the same plan).
+            self._learn(self.memory.sent, rep, diagnose(self.memory.sent, rep))
         planned, unmarked = rep, wire
         marks: tuple[str, ...] = ()
         reasons: tuple[str, ...] = ()
