@@ -27,6 +27,7 @@ from ._volatile import VolatileSpan
 from .adapters import canonicalize
 from .loaders import Record
 from .policies import STRATEGIES, apply_strategy
+from .policies.volatility import suggestion
 from .simulate import IdealSimulator, SimResult, simulator_for
 
 #: Cross-session differences worth reporting: the sessions would share the prefix without them.
@@ -177,7 +178,14 @@ def _break_record(
             return None
         fixed = sess.prev_sent is not None and not diagnose(sess.prev_sent, prep.planned).is_break
         return BreakRecord(
-            session, sess.count, d.first_divergent, d.cause, d.tokens_lost, fixed, None, _span(d.volatile)
+            session,
+            sess.count,
+            d.first_divergent,
+            d.cause,
+            d.tokens_lost,
+            fixed,
+            None,
+            _span(d.volatile, d.first_divergent),
         )
     orig = prep.original
     ref = static.match(orig)
@@ -193,11 +201,14 @@ def _break_record(
         return None
     lost = prev.tokens_before(end) - prev.tokens_before(n)
     fixed = agentcache.matched_tokens >= prep.planned.tokens_before(static_end(prep.planned))
-    return BreakRecord(session, sess.count, path, cause, lost, fixed, other, _span(span))
+    return BreakRecord(session, sess.count, path, cause, lost, fixed, other, _span(span, path))
 
 
-def _span(span: VolatileSpan | None) -> dict[str, Any] | None:
-    return {"start": span.start, "end": span.end, "kinds": list(span.kinds), "text": span.text} if span else None
+def _span(span: VolatileSpan | None, where: str | None) -> dict[str, Any] | None:
+    if span is None:
+        return None
+    advice = suggestion(span, where or "the system prompt")
+    return {"start": span.start, "end": span.end, "kinds": list(span.kinds), "text": span.text, "suggestion": advice}
 
 
 def _common_model(recs: list[Record], provider: str) -> str:

@@ -21,6 +21,7 @@ from ._pricing import anthropic_rules
 from ._repair import SessionMemory, plan_repairs
 from .adapters import WirePlan, apply, canonicalize
 from .policies import KeyPlanner, PlanHints, TTLDecision, choose_ttl, plan_breakpoints
+from .policies.volatility import VolatileMemory, move_volatile
 
 
 @dataclass(slots=True)
@@ -94,6 +95,7 @@ class SessionPipeline:
         self.ephemeral_tail = 0
         self.rewrite_at: int | None = None
         self.routing_key: str | None = None
+        self.volatile = VolatileMemory()
 
     # ---- learning from the client's own history ------------------------------------------------
 
@@ -134,6 +136,11 @@ class SessionPipeline:
         malformed body (the caller fails open)."""
         orig = original if original is not None else canonicalize(api, body)
         div = diagnose(self.last_original, orig) if self.last_original is not None else None
+        client = orig
+        if self.settings.move_volatile and api == "anthropic.messages":
+            moved = move_volatile(body, self.volatile)
+            if moved is not body:
+                body, orig = moved, canonicalize(api, moved)
         if self.memory.sent is None:
             first = self.scope.tools.get(_tool_names(orig))
             if first is not None and _tool_names(orig):
@@ -183,7 +190,7 @@ class SessionPipeline:
                 )
                 # A marker on a string turns it into a text block: re-read what is really sent.
                 planned = canonicalize(api, wire)
-        return Prepared(wire, orig, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now)
+        return Prepared(wire, client, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now)
 
     def commit(self, prepared: Prepared) -> None:
         """Record ``prepared`` as sent."""

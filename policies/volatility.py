@@ -1,0 +1,95 @@
+"""Volatile system text: the suggested cache-friendly form, and the opt-in move.
+
+A line of the system prompt that changes between requests only in volatile tokens (a clock, a date,
+a UUID: :mod:`agentcache._volatile`) breaks the cached prefix at that line on every request. The
+cache-friendly form keeps the stable text in the prefix and gives the changing line after the last
+breakpoint, in the newest user turn.
+
+:func:`move_volatile` does that move, for Anthropic Messages bodies, once a line has been *seen*
+changing in this session (``VolatileMemory.patterns``). It changes what the model is told (the line
+moves from the system prompt to the user turn where it was current), so it is **off by default**
+(setting ``move_volatile``). History stays verbatim: a line moved into a user turn is re-inserted into
+that same turn, with the value it had then, on every later request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentcache._volatile import VolatileSpan, mask
+
+MOVED_PREFIX = "[moved from the system prompt by agentcache] "
+
+
+def suggestion(span: VolatileSpan, where: str) -> str:
+    """A one-line suggestion for a ``system.volatile`` break at ``where``."""
+    kinds = ", ".join(span.kinds)
+    return (
+        f"{where} changes only in a {kinds} value ({span.text!r}): keep the stable text in the cached prefix "
+        "and give the current value after the last cache breakpoint (e.g. in the newest user turn), or "
+        "freeze it per session"
+    )
+
+
+@dataclass(slots=True)
+class VolatileMemory:
+    """Per session: masked lines seen changing, the system lines last seen, and the moved text per
+    message index."""
+
+    patterns: set[str] = field(default_factory=set)
+    last_lines: list[list[str]] = field(default_factory=list)
+    moved: dict[int, str] = field(default_factory=dict)
+
+
+def _system_texts(system: Any) -> list[str]:
+    if isinstance(system, str):
+        return [system]
+    if isinstance(system, list):
+        return [b.get("text", "") if isinstance(b, dict) else "" for b in system]
+    return []
+
+
+def learn(memory: VolatileMemory, body: dict[str, Any]) -> None:
+    """Record the lines of ``body``'s system prompt that changed only in volatile tokens."""
+    lines = [t.split("\n") for t in _system_texts(body.get("system"))]
+    for old_block, new_block in zip(memory.last_lines, lines, strict=False):
+        for old, new in zip(old_block, new_block, strict=False):
+            if old != new and mask(old) == mask(new):
+                memory.patterns.add(mask(new))
+    memory.last_lines = lines
+
+
+def move_volatile(body: dict[str, Any], memory: VolatileMemory) -> dict[str, Any]:
+    """``body`` with the known-volatile system lines moved to the newest user turn (a new body)."""
+    learn(memory, body)
+    if not memory.patterns:
+        return body
+    system = body.get("system")
+    removed: list[str] = []
+
+    def strip(text: str) -> str:
+        keep: list[str] = []
+        for line in text.split("\n"):
+            (removed if mask(line) in memory.patterns else keep).append(line)
+        return "\n".join(keep)
+
+    out = dict(body)
+    if isinstance(system, str):
+        out["system"] = strip(system)
+    elif isinstance(system, list):
+        out["system"] = [
+            {**b, "text": strip(b["text"])} if isinstance(b, dict) and isinstance(b.get("text"), str) else b
+            for b in system
+        ]
+    messages = [dict(m) for m in body.get("messages") or []]
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if removed and users and users[-1] not in memory.moved:
+        memory.moved[users[-1]] = MOVED_PREFIX + "\n".join(removed)
+    for i, text in sorted(memory.moved.items()):
+        if i < len(messages):
+            content = messages[i].get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+            messages[i]["content"] = [*blocks, {"type": "text", "text": text}]
+    out["messages"] = messages
+    return out

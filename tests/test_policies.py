@@ -1,0 +1,159 @@
+"""Policies in isolation: TTL choice and keep-warm, OpenAI lineage keys, baseline strategies, the
+opt-in volatile move, and settings."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentcache._config import Settings, load_settings
+from agentcache._exceptions import ConfigError
+from agentcache._pipeline import ScopeMemory, SessionPipeline
+from agentcache._pricing import anthropic_rules
+from agentcache.adapters import canonicalize
+from agentcache.policies import KeyPlanner, apply_strategy, choose_ttl, jump_hash, plan_keep_warm
+from agentcache.policies.volatility import MOVED_PREFIX
+
+from .conftest import CASES, anthropic_messages, anthropic_tools, policy
+
+RULES = anthropic_rules("claude-sonnet-4-5")
+
+
+def test_ttl_5m_without_timing_or_short_gaps() -> None:
+    assert choose_ttl(None, 10_000, 200, RULES).ttl == "5m"
+    assert choose_ttl([3.0, 5.0, 2.0, 8.0], 10_000, 200, RULES).ttl == "5m"
+
+
+def test_ttl_1h_when_long_gaps_are_common() -> None:
+    d = choose_ttl([600.0, 4.0, 900.0, 1200.0], 20_000, 300, RULES)
+    assert d.ttl == "1h"
+    assert d.expected_cost_1h < d.expected_cost_5m
+    assert "P(gap>5m)" in d.reason
+
+
+def test_ttl_not_worth_1h_for_a_large_new_tail() -> None:
+    # Writing 20k new tokens at 2x to protect a 1k prefix is not worth it.
+    assert choose_ttl([600.0, 700.0], 1_000, 20_000, RULES).ttl == "5m"
+
+
+def test_ttl_pinned_by_settings() -> None:
+    assert choose_ttl([1.0], 10, 10, RULES, pinned="1h").ttl == "1h"
+
+
+def test_keep_warm_decision() -> None:
+    d = plan_keep_warm(900.0, 300.0, 50_000, RULES)
+    assert d.send and d.count == 3 and d.first_at == 270.0
+    assert d.cost_keep_warm == pytest.approx(3 * 0.1 * 50_000)
+    long = plan_keep_warm(4 * 3600.0, 300.0, 50_000, RULES)
+    assert not long.send  # 53 refreshes cost more than writing the prefix again
+    assert not plan_keep_warm(100.0, 300.0, 50_000, RULES).send
+
+
+def test_jump_hash_is_consistent() -> None:
+    keys = range(2000)
+    before = [jump_hash(k * 7919, 4) for k in keys]
+    after = [jump_hash(k * 7919, 5) for k in keys]
+    moved = sum(a != b for a, b in zip(before, after, strict=True))
+    assert all(0 <= b < 4 for b in before)
+    assert 0 < moved < 2000 * 0.35  # about 1/5 move, never most
+
+
+def test_key_planner_shards_above_the_rate_and_keeps_lineages() -> None:
+    kp = KeyPlanner(rpm_per_key=15)
+    first = kp.key("fam", "lineage-a", 0.0)
+    assert first == kp.key("fam", "lineage-a", 1.0) == "ac-fam-0"
+    for i in range(60):
+        kp.key("fam", f"l{i}", 2.0 + i * 0.5)  # 60 requests in 30 s
+    assert kp.shards("fam") == 5  # 62 requests within 60 s at 15 per key
+    assert len({kp.key("fam", f"l{i}", 40.0) for i in range(40)}) > 1
+
+
+def test_subagent_shares_the_root_key_and_session_key_is_stable() -> None:
+    case = json.loads((CASES / "k02-tool-inserted-mid-list.json").read_text())
+    scope = ScopeMemory()
+    root = SessionPipeline("openai", scope=scope, session="root")
+    child = SessionPipeline("openai", scope=scope, session="root/child", lineage="root")
+    other = SessionPipeline("openai", scope=scope, session="other")
+    keys = []
+    for pipe in (root, child, other):
+        prep = pipe.prepare("openai.chat", case["requests"][0]["body"], now=0.0)
+        keys.append(prep.body["prompt_cache_key"])
+        pipe.commit(prep)
+    assert keys[0] == keys[1]
+    assert keys[0].startswith("ac-")
+    # Same agent family: with one shard every session shares the key (and the static prefix).
+    assert keys[2] == keys[0]
+    later = root.prepare("openai.chat", case["requests"][1]["body"], now=5.0)
+    assert later.body["prompt_cache_key"] == keys[0]
+
+
+def test_client_key_is_kept_not_replaced() -> None:
+    case = json.loads((CASES / "k20-random-prompt-cache-key.json").read_text())
+    pipe = SessionPipeline("openai")
+    prep = pipe.prepare("openai.chat", case["requests"][0]["body"])
+    assert prep.body["prompt_cache_key"] == case["requests"][0]["body"]["prompt_cache_key"]
+
+
+def _body(n: int) -> dict[str, Any]:
+    return {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 64,
+        "system": [{"type": "text", "text": policy()}],
+        "tools": anthropic_tools(),
+        "messages": anthropic_messages(n),
+    }
+
+
+def test_baseline_strategy_positions() -> None:
+    req = canonicalize("anthropic.messages", _body(4))
+    paths = lambda r: [r.blocks[i].path for i, _ in r.markers()]  # noqa: E731
+    assert paths(apply_strategy("no_markers", req)) == []
+    auto = apply_strategy("anthropic_auto", req)
+    assert paths(auto) == [] and auto.top_marker is not None
+    assert paths(apply_strategy("langchain", req)) == ["tools[13]", "system[0]", "messages[3].content[0]"]
+    assert paths(apply_strategy("litellm", req)) == ["system[0]", "messages[2].content[0]"]
+    with pytest.raises(KeyError):
+        apply_strategy("nope", req)
+
+
+def test_volatile_move_is_opt_in_and_keeps_history_verbatim() -> None:
+    case = json.loads((CASES / "k05-seconds-timestamp-in-system.json").read_text())
+    bodies = [r["body"] for r in case["requests"]]
+    off = SessionPipeline("anthropic")
+    for b in bodies:
+        prep = off.prepare("anthropic.messages", b, now=0.0)
+        assert prep.body["system"][0]["text"] == b["system"][0]["text"]
+        off.commit(prep)
+
+    on = SessionPipeline("anthropic", settings=Settings(move_volatile=True))
+    sent = []
+    for b in bodies:
+        prep = on.prepare("anthropic.messages", copy.deepcopy(b), now=0.0)
+        on.commit(prep)
+        sent.append(prep.body)
+    # From the request where the clock line was seen changing, the system text is stable...
+    assert "The current time is" not in sent[1]["system"][0]["text"]
+    assert sent[1]["system"][0]["text"] == sent[2]["system"][0]["text"]
+    # ...the line went to the newest user turn, and stays there verbatim afterwards.
+    moved1 = sent[1]["messages"][-1]["content"][-1]["text"]
+    assert moved1.startswith(MOVED_PREFIX) and "15:00:25" in moved1
+    assert sent[2]["messages"][len(bodies[1]["messages"]) - 1]["content"][-1]["text"] == moved1
+    assert "15:00:54" in sent[2]["messages"][-1]["content"][-1]["text"]
+
+
+def test_settings_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "agentcache.toml"
+    cfg.write_text('[agentcache]\nmarkers = "own"\nttl_policy = "1h"\n')
+    assert load_settings(cfg).markers == "own"
+    monkeypatch.setenv("AGENTCACHE_MARKERS", "merge")
+    s = load_settings(cfg)
+    assert (s.markers, s.ttl_policy) == ("merge", "1h")  # environment beats the file
+    with pytest.raises(ConfigError):
+        load_settings(cfg, ttl_policy="2h")
+    cfg.write_text("not toml [")
+    with pytest.raises(ConfigError):
+        load_settings(cfg)
