@@ -93,3 +93,37 @@ def require_content(value: Any, where: str) -> None:
     if value is None or isinstance(value, str):
         return
     require_list(value, where)
+
+
+def write_markers(
+    body: dict[str, Any],
+    paths: list[str],
+    markers: tuple[tuple[str, str], ...],
+    key: str,
+    value: Callable[[str], Any],
+    text_type: str = "text",
+) -> dict[str, Any]:
+    """A copy of ``body`` where, among ``paths`` (every unit that may carry a marker), exactly the
+    ``(path, ttl)`` pairs of ``markers`` carry ``key: value(ttl)``. A string unit that gets a marker
+    becomes a one-element list of ``{"type": text_type, "text": ...}``. Raises InputError for a marker
+    path not among ``paths``."""
+    want = dict(markers)
+    out = body
+    for path in paths:
+        unit = get_path(out, path)
+        has = isinstance(unit, dict) and key in unit
+        ttl = want.pop(path, None)
+        if ttl is None and not has:
+            continue
+        if isinstance(unit, str):
+            unit = {"type": text_type, "text": unit}
+            new: Any = [unit]
+        if isinstance(unit, dict):
+            unit = {k: v for k, v in unit.items() if k != key}
+            if ttl is not None:
+                unit[key] = value(ttl)
+        new = [unit] if path.endswith(".content") or path in ("system", "instructions") else unit
+        out = set_path(out, path, new)
+    if want:
+        raise InputError(f"marker paths not in body: {sorted(want)}")
+    return out

@@ -17,7 +17,7 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, get_path, require_content, require_dict, require_list, set_path
+from ._wire import apply_common, require_content, require_dict, require_list, write_markers
 
 API = "anthropic.messages"
 #: Options that invalidate message blocks but not tools/system.
@@ -61,24 +61,12 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
     return b.build(top_marker=top_marker)
 
 
-def _with_marker(unit: Any, ttl: str | None) -> Any:
-    """``unit`` with a ``cache_control`` of ``ttl`` (None removes it); strings become a text block."""
-    if isinstance(unit, str):
-        if ttl is None:
-            return unit
-        unit = {"type": "text", "text": unit}
-    if not isinstance(unit, dict):
-        return unit
-    out = {k: v for k, v in unit.items() if k != "cache_control"}
-    if ttl is not None:
-        out["cache_control"] = {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
-    return out
+def _cache_control(ttl: str) -> dict[str, str]:
+    return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
 
 
 def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """A copy of ``body`` whose block markers are exactly ``markers`` (``(path, ttl)`` pairs)."""
-    want = dict(markers)
-    out = body
     paths: list[str] = [f"tools[{i}]" for i, _ in enumerate(body.get("tools") or [])]
     system = body.get("system")
     if isinstance(system, list):
@@ -91,19 +79,7 @@ def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> d
             paths += [f"messages[{i}].content[{j}]" for j in range(len(content))]
         else:
             paths.append(f"messages[{i}].content")
-    for path in paths:
-        unit = get_path(out, path)
-        has = isinstance(unit, dict) and "cache_control" in unit
-        ttl = want.pop(path, None)
-        if ttl is None and not has:
-            continue
-        new = _with_marker(unit, ttl)
-        if path.endswith(".content") or path == "system":
-            new = [new] if isinstance(new, dict) else new
-        out = set_path(out, path, new)
-    if want:
-        raise InputError(f"marker paths not in body: {sorted(want)}")
-    return out
+    return write_markers(body, paths, markers, "cache_control", _cache_control)
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:

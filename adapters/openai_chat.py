@@ -16,7 +16,7 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, require_content, require_dict, require_list
+from ._wire import apply_common, require_content, require_dict, require_list, write_markers
 
 API = "openai.chat"
 #: Options rendered with the tool definitions, ahead of the messages.
@@ -31,6 +31,12 @@ def retention_of(body: dict[str, Any]) -> str | None:
         return str(opts.get("ttl") or opts.get("mode") or "") or None
     value = body.get("prompt_cache_retention")
     return str(value) if value else None
+
+
+def cache_mode_of(body: dict[str, Any]) -> str:
+    """``prompt_cache_options.mode``: ``implicit`` (default) or ``explicit``."""
+    opts = body.get("prompt_cache_options")
+    return str(opts.get("mode") or "implicit") if isinstance(opts, dict) else "implicit"
 
 
 def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
@@ -63,9 +69,28 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
             b.add(f"messages[{i}].content", section, content, env=env, message=i)
         for j, call in enumerate(calls):
             b.add(f"messages[{i}].tool_calls[{j}]", section, call, env=env, message=i)
-    return b.build(cache_key=body.get("prompt_cache_key"), retention=retention_of(body))
+    return b.build(
+        cache_key=body.get("prompt_cache_key"), retention=retention_of(body), extra={"cache_mode": cache_mode_of(body)}
+    )
+
+
+def breakpoint_value(ttl: str) -> dict[str, str]:
+    """The ``prompt_cache_breakpoint`` object for a marker (TTL left to ``prompt_cache_options``)."""
+    return {"mode": "explicit"}
+
+
+def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A copy of ``body`` whose ``prompt_cache_breakpoint`` parts are exactly ``markers`` (gpt-5.6+)."""
+    paths: list[str] = []
+    for i, msg in enumerate(body.get("messages") or []):
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list) and content:
+            paths += [f"messages[{i}].content[{j}]" for j in range(len(content))]
+        elif isinstance(content, str) and content:
+            paths.append(f"messages[{i}].content")
+    return write_markers(body, paths, markers, "prompt_cache_breakpoint", breakpoint_value)
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
-    """A new body with ``plan`` applied; block markers do not exist on Chat Completions."""
-    return apply_common(body, plan)
+    """A new body with ``plan`` applied."""
+    return apply_common(body, plan, set_markers)

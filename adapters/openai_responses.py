@@ -16,8 +16,8 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, require_content, require_dict, require_list
-from .openai_chat import SYSTEM_ROLES, retention_of
+from ._wire import apply_common, require_content, require_dict, require_list, write_markers
+from .openai_chat import SYSTEM_ROLES, breakpoint_value, cache_mode_of, retention_of
 
 API = "openai.responses"
 TOOL_LEVEL_OPTIONS = ("tool_choice", "parallel_tool_calls", "text")
@@ -59,10 +59,23 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
     return b.build(
         cache_key=body.get("prompt_cache_key"),
         retention=retention_of(body),
-        extra={"previous_response_id": body.get("previous_response_id")},
+        extra={"previous_response_id": body.get("previous_response_id"), "cache_mode": cache_mode_of(body)},
     )
+
+
+def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A copy of ``body`` whose ``prompt_cache_breakpoint`` parts are exactly ``markers`` (gpt-5.6+)."""
+    paths: list[str] = []
+    items = body.get("input")
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        content = item.get("content") if isinstance(item, dict) and item.get("role") else None
+        if isinstance(content, list) and content:
+            paths += [f"input[{i}].content[{j}]" for j in range(len(content))]
+        elif isinstance(content, str) and content:
+            paths.append(f"input[{i}].content")
+    return write_markers(body, paths, markers, "prompt_cache_breakpoint", breakpoint_value, "input_text")
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
     """A new body with ``plan`` applied."""
-    return apply_common(body, plan)
+    return apply_common(body, plan, set_markers)

@@ -84,12 +84,13 @@ def audit(
     if provider is None:
         provider = "anthropic" if recs and recs[0].api.startswith("anthropic") else "openai"
     rules_for = anthropic_rules if provider == "anthropic" else openai_rules
-    price_model = model
     if model is not None and not rules_for(model).known:
         raise ConfigError(f"unknown {provider} model {model!r}: add it to agentcache/data/models.toml")
-    if price_model is None:
-        known = {normalize_model(str(r.body.get("model") or "")) for r in recs}
-        price_model = None if all(rules_for(m).known for m in known) else default_model(provider)
+    # Each request is priced as its own model; one the table does not know gets the provider default's
+    # numbers (its name still decides capabilities such as OpenAI breakpoints).
+    price_model = model
+    known = {normalize_model(str(r.body.get("model") or "")) for r in recs}
+    report_model = model or (_common_model(recs, provider) if all(rules_for(m).known for m in known) else None)
     strategies: tuple[str, ...] = STRATEGIES if compare else ()
     if compare and provider != "anthropic":
         raise ConfigError("--compare compares Anthropic marker strategies: use --provider anthropic")
@@ -146,7 +147,7 @@ def audit(
                 misses.append(miss)
         sess.report.arms["ideal"].add(ideal_usage)
         totals["ideal"].add(ideal_usage)
-    model_name = price_model or _common_model(recs, provider)
+    model_name = report_model or default_model(provider)
     return AuditReport(
         provider, model_name, totals, [s.report for s in sessions.values()], breaks, misses, turns, errors
     )

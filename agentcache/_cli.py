@@ -121,9 +121,7 @@ def audit_command(
     ] = None,
     model: Annotated[str | None, typer.Option(help="Price every request as this model.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout.")] = False,
-    fmt: Annotated[
-        FormatChoice | None, typer.Option("--format", help="Input format, skipping detection.")
-    ] = None,
+    fmt: Annotated[FormatChoice | None, typer.Option("--format", help="Input format, skipping detection.")] = None,
     tools: Annotated[
         Path | None, typer.Option(help="Tool schemas for tau-bench files (default: <domain>_tools.json beside them).")
     ] = None,

@@ -17,10 +17,11 @@ from . import _causes as C
 from ._canonical import CanonicalRequest, common_prefix, with_markers
 from ._config import Settings, get_settings
 from ._diagnose import Divergence, diagnose, static_end
-from ._pricing import anthropic_rules
+from ._pricing import anthropic_rules, openai_rules
 from ._repair import SessionMemory, plan_repairs
 from .adapters import WirePlan, apply, canonicalize
 from .policies import KeyPlanner, PlanHints, TTLDecision, choose_ttl, plan_breakpoints
+from .policies.breakpoints import plan_openai_breakpoints
 from .policies.volatility import VolatileMemory, move_volatile
 
 
@@ -166,6 +167,17 @@ class SessionPipeline:
         marks: tuple[str, ...] = ()
         reasons: tuple[str, ...] = ()
         ttl: TTLDecision | None = None
+        if self.provider == "openai" and api != "anthropic.messages":
+            orules = openai_rules(self.model or rep.model)
+            if orules.breakpoints:
+                hints = PlanHints(self.ephemeral_tail, self.rewrite_at, "30m", self.settings.markers)
+                bp = plan_openai_breakpoints(rep, hints, orules.max_explicit_with_implicit)
+                planned = with_markers(rep, bp.markers)
+                marks = tuple(rep.blocks[i].path for i in bp.markers)
+                reasons = tuple(bp.reasons[i] for i in bp.markers)
+                if self.apply_markers:
+                    wire = apply(api, wire, WirePlan(markers=tuple((p, "30m") for p in marks)))
+                    planned = canonicalize(api, wire)
         if self.provider == "anthropic":
             rules = anthropic_rules(self.model or rep.model)
             shared = common_prefix(self.memory.sent, rep) if self.memory.sent is not None else 0

@@ -61,6 +61,10 @@ class OpenAIRules:
     in_memory_ttl_seconds: float
     extended_ttl_seconds: float
     known: bool = True
+    breakpoints: bool = False
+    max_breakpoints_written: int = 4
+    max_explicit_with_implicit: int = 3
+    breakpoint_ttl_seconds: float = 1800.0
 
     def cost(self, uncached: int, read: int) -> float:
         """Input-side cost in USD of one request."""
@@ -126,7 +130,21 @@ def openai_rules(model: str | None) -> OpenAIRules:
         in_memory_ttl_seconds=float(s["in_memory_ttl_seconds"]),
         extended_ttl_seconds=float(s["extended_ttl_seconds"]),
         known=known,
+        breakpoints=supports_breakpoints(model),
+        max_breakpoints_written=int(s["breakpoints"]["max_written"]),
+        max_explicit_with_implicit=int(s["breakpoints"]["max_explicit_with_implicit"]),
+        breakpoint_ttl_seconds=float(s["breakpoints"]["ttl_seconds"]),
     )
+
+
+def supports_breakpoints(model: str | None) -> bool:
+    """True when OpenAI ``model`` takes ``prompt_cache_breakpoint`` / ``prompt_cache_options``
+    (gpt-5.6 and later, per the capability table in models.toml)."""
+    m = re.match(r"gpt-(\d+)(?:[.-](\d+))?", (model or "").lower().split("/")[-1])
+    if m is None:
+        return False
+    major, minor = (int(x) for x in str(_table()["openai"]["breakpoints"]["min_version"]).split("."))
+    return (int(m.group(1)), int(m.group(2) or 0)) >= (major, minor)
 
 
 def default_model(provider: str) -> str:

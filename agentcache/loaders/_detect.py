@@ -75,7 +75,5 @@ def sniff(path: Path) -> tuple[str, Any]:
         ) from exc
     fmt = shape_format(doc)
     if fmt is None:
-        raise UnknownFormatError(
-            f"unknown format: {path.name} matches none of {', '.join(FORMATS)}", source=str(path)
-        )
+        raise UnknownFormatError(f"unknown format: {path.name} matches none of {', '.join(FORMATS)}", source=str(path))
     return fmt, doc

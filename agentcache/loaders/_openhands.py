@@ -51,8 +51,7 @@ def _assistant(response: dict[str, Any]) -> dict[str, Any]:
     calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
     if calls:
         out["tool_calls"] = [
-            {"id": c.get("id"), "type": c.get("type", "function"), "function": c.get("function")}
-            for c in calls
+            {"id": c.get("id"), "type": c.get("type", "function"), "function": c.get("function")} for c in calls
         ]
     return out
 
@@ -65,9 +64,7 @@ def _observation_text(event: dict[str, Any]) -> str:
     meta = extras.get("metadata") if isinstance(extras, dict) else None
     if isinstance(meta, dict):
         prefix, suffix = meta.get("prefix"), meta.get("suffix")
-        text = (
-            (prefix if isinstance(prefix, str) else "") + text + (suffix if isinstance(suffix, str) else "")
-        )
+        text = (prefix if isinstance(prefix, str) else "") + text + (suffix if isinstance(suffix, str) else "")
     return text
 
 

@@ -91,7 +91,5 @@ def load_sweagent(path: Path, doc: Any) -> Loaded:
     for i, msg in enumerate(history):
         if msg["role"] == "assistant":
             body = {"model": model, "messages": history[:i]}
-            records.append(
-                Record(session=session, api="openai.chat", body=body, source=src, index=len(records))
-            )
+            records.append(Record(session=session, api="openai.chat", body=body, source=src, index=len(records)))
     return records, errors

@@ -80,7 +80,5 @@ def load_taubench(path: Path, doc: Any, tools_path: str | None = None) -> Loaded
             if msg["role"] != "assistant":
                 continue
             body = {"model": MODEL, "messages": traj[:i], "tools": tools, "temperature": 0.0}
-            records.append(
-                Record(session=session, api="openai.chat", body=body, source=src, index=len(records))
-            )
+            records.append(Record(session=session, api="openai.chat", body=body, source=src, index=len(records)))
     return records, errors

@@ -8,6 +8,12 @@ above the minimum; requests are routed by a hash of their first ~256 tokens join
 ``in_memory_ttl_seconds`` after its last use (``extended_ttl_seconds`` with 24h retention).
 No write surcharge. Not modelled: overflow to other machines above ~15 requests/min per
 prefix+key (recorded traffic rarely has the timestamps to tell), so hit rates are upper bounds there.
+
+Models with breakpoints (gpt-5.6 and later, ``OpenAIRules.breakpoints``) are matched exactly at a
+breakpoint instead: each request writes at most 4 (in ``implicit`` mode one implicit breakpoint at the
+end of the newest message plus the latest 3 explicit ``prompt_cache_breakpoint`` parts; in
+``explicit`` mode the latest 4 explicit ones), entries live 30 minutes from their last use, and a
+hit is the deepest entry on the request's path, with no lookback limit and no 128-token rounding.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class OpenAISimulator:
         key = (routing_hash(req, rules.routing_prefix_tokens), req.cache_key or "")
         part = scope.partitions.setdefault(key, {})
         ttl = rules.extended_ttl_seconds if (req.retention or "") in _EXTENDED else rules.in_memory_ttl_seconds
+        if rules.breakpoints:
+            return self._run_breakpoints(req, now, rules, part, scope, m_blocks, matched)
         depth = present = 0
         for i, h in enumerate(req.chain):
             last = part.get(h)
@@ -84,6 +92,57 @@ class OpenAISimulator:
                 cause, where = C.TTL_EXPIRED, req.blocks[depth].path
         for h in req.chain:
             part[h] = now
+        scope.seen.add(req)
+        uncached = prompt - read
+        return SimResult(SimUsage(prompt, read, 0, uncached, rules.cost(uncached, read)), matched, cause, where)
+
+    @staticmethod
+    def _run_breakpoints(
+        req: CanonicalRequest,
+        now: float,
+        rules: OpenAIRules,
+        part: dict[bytes, float],
+        scope: _Scope,
+        m_blocks: int,
+        matched: int,
+    ) -> SimResult:
+        explicit = [i for i, _ in req.markers()]
+        mode = str(req.extra.get("cache_mode") or "implicit")
+        if mode == "explicit":
+            written = explicit[-rules.max_breakpoints_written :]
+        else:
+            last = max((i for i, b in enumerate(req.blocks) if b.message is not None), default=None)
+            written = explicit[-rules.max_explicit_with_implicit :] + ([last] if last is not None else [])
+        read_idx = -1
+        expired = False
+        for i in range(len(req.chain) - 1, -1, -1):
+            expires = part.get(req.chain[i])
+            if expires is None:
+                continue
+            if expires > now:
+                read_idx = i
+                break
+            expired = True
+        prompt = req.tokens
+        read = req.tokens_before(read_idx + 1)
+        if read < rules.min_cacheable_tokens:
+            read = 0
+        cause: str | None = None
+        where: str | None = None
+        if read < matched:
+            if matched < rules.min_cacheable_tokens:
+                cause = C.BELOW_MINIMUM
+            elif expired:
+                cause = C.TTL_EXPIRED
+            elif req.cache_key and not any(h in part for h in req.chain[:m_blocks]):
+                cause, where = C.CACHE_KEY_CHANGED, "prompt_cache_key"
+            else:
+                cause = C.MARKERS_MISSING
+        if read_idx >= 0:
+            part[req.chain[read_idx]] = now + rules.breakpoint_ttl_seconds
+        for i in written:
+            if i > read_idx or req.chain[i] not in part:
+                part[req.chain[i]] = now + rules.breakpoint_ttl_seconds
         scope.seen.add(req)
         uncached = prompt - read
         return SimResult(SimUsage(prompt, read, 0, uncached, rules.cost(uncached, read)), matched, cause, where)
