@@ -20,7 +20,7 @@ from ._diagnose import Divergence, diagnose, static_end
 from ._pricing import anthropic_rules, openai_rules
 from ._repair import SessionMemory, plan_repairs
 from .adapters import WirePlan, apply, canonicalize
-from .policies import KeyPlanner, PlanHints, TTLDecision, choose_ttl, plan_breakpoints
+from .policies import KeepWarmDecision, KeyPlanner, PlanHints, TTLDecision, choose_ttl, plan_breakpoints, plan_keep_warm
 from .policies.breakpoints import plan_openai_breakpoints
 from .policies.volatility import VolatileMemory, move_volatile
 
@@ -203,6 +203,34 @@ class SessionPipeline:
                 # A marker on a string turns it into a text block: re-read what is really sent.
                 planned = canonicalize(api, wire)
         return Prepared(wire, client, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now)
+
+    def keep_warm(self, expected_gap: float | None = None) -> KeepWarmDecision | None:
+        """Whether keep-warm requests should bridge the next gap (Anthropic; None when there is
+        nothing cached or no gap to expect). ``expected_gap`` in seconds defaults to the median of the
+        session's past gaps longer than 5 minutes. The proxy and wrappers act on it (setting
+        ``keep_warm``), sending :meth:`keep_warm_body` at ``first_at`` and every ``interval`` seconds."""
+        if self.provider != "anthropic" or self.memory.sent is None:
+            return None
+        sent = self.memory.sent
+        rules = anthropic_rules(self.model or sent.model)
+        if expected_gap is None:
+            gaps = [b - a for a, b in zip(self.times, self.times[1:], strict=False)]
+            long = sorted(g for g in gaps if g > rules.ttl_5m_seconds)
+            if not long:
+                return None
+            expected_gap = long[len(long) // 2]
+        marks = sent.markers()
+        if not marks:
+            return None
+        ttl = rules.ttl_1h_seconds if marks[-1][1].ttl == "1h" else rules.ttl_5m_seconds
+        return plan_keep_warm(expected_gap, ttl, sent.tokens_before(marks[-1][0] + 1), rules)
+
+    def keep_warm_body(self) -> dict[str, Any] | None:
+        """The last sent request as a prefill-only keep-warm request (``max_tokens: 0``): it reads the
+        cached prefix, which refreshes its TTL, and generates nothing."""
+        if self.memory.sent_body is None:
+            return None
+        return {**self.memory.sent_body, "max_tokens": 0, "stream": False}
 
     def commit(self, prepared: Prepared) -> None:
         """Record ``prepared`` as sent."""

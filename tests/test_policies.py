@@ -157,3 +157,21 @@ def test_settings_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     cfg.write_text("not toml [")
     with pytest.raises(ConfigError):
         load_settings(cfg)
+
+
+def test_pipeline_exposes_keep_warm_decisions() -> None:
+    case = json.loads((CASES / "ttl-expired-after-7-minutes.json").read_text())
+    auto, pinned = SessionPipeline("anthropic"), SessionPipeline("anthropic", settings=Settings(ttl_policy="5m"))
+    assert pinned.keep_warm() is None  # nothing sent yet
+    for pipe in (auto, pinned):
+        for r in case["requests"]:
+            prep = pipe.prepare("anthropic.messages", r["body"], now=r["at"])
+            pipe.commit(prep)
+    # After a 420 s gap the TTL policy already moved to 1h: nothing to keep warm.
+    assert auto.keep_warm() is not None and auto.keep_warm().send is False  # type: ignore[union-attr]
+    pipe = pinned
+    d = pipe.keep_warm()  # 5m entries, one 420 s gap seen: one refresh bridges it
+    assert d is not None and d.send and d.count == 1 and d.first_at == 270.0
+    body = pipe.keep_warm_body()
+    assert body is not None and body["max_tokens"] == 0 and body["messages"] == pipe.memory.sent_body["messages"]  # type: ignore[index]
+    assert pipe.keep_warm(expected_gap=100.0).send is False  # type: ignore[union-attr]
