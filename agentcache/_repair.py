@@ -105,16 +105,12 @@ def _repair_system(
     new = [b for b in canon.blocks if b.section == "system" and b.message is None]
     if [b.digest for b in old] == [b.digest for b in new] or not old or not new:
         return
-    if [value_digest(b) for b in old] == [value_digest(b) for b in new] or _one_text(old, new):
+    if [value_digest(b) for b in old] == [value_digest(b) for b in new]:
         key = "instructions" if "instructions" in sent_body else "system"
         replace[key] = sent_body[key]
         repaired.append(
             C.MESSAGES_SHAPE if old[0].path.endswith("]") != new[0].path.endswith("]") else C.MESSAGES_SERIALIZATION
         )
-
-
-def _one_text(old: list[Any], new: list[Any]) -> bool:
-    return len(old) == len(new) == 1 and value_digest(old[0]) == value_digest(new[0])
 
 
 def _repair_messages(
