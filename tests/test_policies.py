@@ -175,3 +175,33 @@ def test_pipeline_exposes_keep_warm_decisions() -> None:
     body = pipe.keep_warm_body()
     assert body is not None and body["max_tokens"] == 0 and body["messages"] == pipe.memory.sent_body["messages"]  # type: ignore[index]
     assert pipe.keep_warm(expected_gap=100.0).send is False  # type: ignore[union-attr]
+
+
+def _reminder_session() -> list[dict[str, Any]]:
+    """Each request ends with a system-reminder block appended to the last user message, which the
+    client drops again on the next request (a block sent once, never resent)."""
+    base = anthropic_messages(9)
+    bodies = []
+    for n in (3, 5, 7, 9):
+        msgs = copy.deepcopy(base[:n])
+        msgs[-1]["content"].append(
+            {"type": "text", "text": f"<system-reminder>turn {n}: 12 todos open</system-reminder>"}
+        )
+        bodies.append({**_body(0), "messages": msgs})
+    return bodies
+
+
+def test_ephemeral_trailing_block_is_not_marked_once_learned() -> None:
+    from agentcache import audit
+    from agentcache.loaders import Record
+
+    records = [Record("s", "anthropic.messages", b, float(i), None, "t", i) for i, b in enumerate(_reminder_session())]
+    report = audit(records, "anthropic")
+    turns = report.turns
+    # From the second request on, the tail marker skips the reminder and goes on the block before it...
+    assert turns[2].prepared.marker_reasons[-1] == "tail"
+    assert not turns[2].markers[-1].endswith(".content[1]")
+    # ...so the next request reads everything but the reminder, as ideal does.
+    for t in turns[3:]:
+        assert t.arms["agentcache"].cache_read_tokens == t.arms["ideal"].cache_read_tokens
+    assert turns[3].arms["agentcache"].cache_read_tokens > turns[3].arms["as_sent"].cache_read_tokens
