@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentcache import CanonicalRequest
 from agentcache._pricing import default_model
 from agentcache._tokens import TokenCounter
 from agentcache.adapters import canonicalize
@@ -75,7 +76,8 @@ def _load() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def _message_tokens(counter: TokenCounter, msgs: list[Message]) -> int:
-    return canonicalize("openai.chat", {"model": OPENAI_MODEL, "messages": msgs}, counter).tokens
+    req: CanonicalRequest = canonicalize("openai.chat", {"model": OPENAI_MODEL, "messages": msgs}, counter)
+    return req.tokens
 
 
 def _exchanges(runs: list[dict[str, Any]], counter: TokenCounter) -> tuple[list[Exchange], list[Exchange]]:

@@ -6,18 +6,21 @@ Usage::
 
 Part 1 audits ``data/tau-bench/gpt-4o-airline.json`` (200 sessions, 2,454 requests) under the Anthropic and
 OpenAI rules: load time, tiktoken encoder load, a cold audit (empty token memo), the best of 3 warm audits,
-requests/s and peak RSS.
+requests/s, an audit with the memo emptied again, peak RSS, and ``encode_ordinary`` over every distinct block
+text (what an empty memo adds).
 
 Part 2 replays a 200-message, ~100K-token session stitched from real tau-bench messages (see ``_synth.py``),
 one request per assistant turn, in both wire forms (OpenAI Chat Completions and Anthropic Messages). Each
 pass starts with a fresh token memo and sends the turns in order, as a proxy would, so every turn tokenises
 only the blocks that are new in it. Per turn it times ``json.loads`` of the wire bytes, ``canonicalize``,
 ``diagnose`` against the previous request, ``plan_repairs``, ``plan_breakpoints`` (+ ``with_markers``) and
-``SessionMemory.remember``, and counts the blocks tokenised (token-memo growth). It also times a second
+``SessionMemory.remember``; in a separate pass ``SessionPipeline.prepare`` + ``commit`` (what the proxy
+runs); and counts the blocks tokenised (token-memo growth). It also times a second
 ``canonicalize`` of the same body with every block already memoised (the part that does not depend on
 tokenisation). Figures are medians / percentiles over the passes.
 
-Part 3 profiles the full pipeline on the 200-message turn with cProfile.
+Part 3 profiles ``json.loads`` + ``SessionPipeline.prepare`` + ``commit`` on the 200-message turn with
+cProfile.
 
 All times come from ``time.perf_counter_ns``; the garbage collector stays enabled (a proxy runs with it),
 and ``gc.collect()`` runs before every pass.
@@ -26,8 +29,10 @@ and ``gc.collect()`` runs before every pass.
 from __future__ import annotations
 
 import argparse
+import ast
 import cProfile
 import datetime as dt
+import functools
 import gc
 import json
 import math
@@ -36,6 +41,7 @@ import platform
 import pstats
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +53,7 @@ import _synth
 
 from agentcache import CanonicalRequest, audit, diagnose
 from agentcache._canonical import with_markers
+from agentcache._pipeline import SessionPipeline
 from agentcache._pricing import anthropic_rules, default_model
 from agentcache._repair import SessionMemory, plan_repairs
 from agentcache._tokens import TokenCounter, default_counter, reset_default_counter
@@ -56,8 +63,14 @@ from agentcache.policies import plan_breakpoints
 
 T = TypeVar("T")
 CHECKPOINTS = (10, 50, 100, 200)
+#: Folders whose uncommitted changes affect the figures (reported with the commit).
+CODE_DIRS = ("agentcache", "adapters", "policies")
 STEPS = ("json_loads", "canonicalize", "diagnose", "plan_repairs", "plan_breakpoints", "remember")
-FORMATS = (("openai.chat", _synth.openai_bodies), ("anthropic.messages", _synth.anthropic_bodies))
+#: Wire format, how to build its bodies, and the provider whose policies SessionPipeline applies to it.
+FORMATS = (
+    ("openai.chat", _synth.openai_bodies, "openai"),
+    ("anthropic.messages", _synth.anthropic_bodies, "anthropic"),
+)
 
 
 def now_ns() -> int:
@@ -67,6 +80,33 @@ def now_ns() -> int:
 def peak_rss_mib() -> float:
     """Peak resident set size of this process so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSnap:
+    wall: float
+    machine_busy: float
+    own: float
+
+
+def cpu_snap() -> CpuSnap:
+    """Wall time, CPU seconds the whole machine spent busy (``/proc/stat``) and CPU seconds of this process."""
+    busy = math.nan
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal ...
+        busy = (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return CpuSnap(time.monotonic(), busy, ru.ru_utime + ru.ru_stime)
+
+
+def other_load(a: CpuSnap, b: CpuSnap) -> float:
+    """Average number of CPUs that *other* processes kept busy between two snapshots."""
+    wall = b.wall - a.wall
+    return max(0.0, ((b.machine_busy - a.machine_busy) - (b.own - a.own)) / wall) if wall > 0 else math.nan
 
 
 def pct(values: Sequence[float], p: float) -> float:
@@ -94,6 +134,7 @@ class AuditFigures:
     requests: int
     sessions: int
     cold_s: float
+    recold_s: float
     warm_best_s: float
     warm_runs_s: list[float]
     requests_per_s: float
@@ -114,11 +155,17 @@ def bench_audit(records: list[Record], provider: str, repeats: int) -> AuditFigu
         _, t = timed(lambda: audit(records, provider))
         warm.append(t)
     best = min(warm)
+    # Empty the memo again, now that the process is warm: isolates what tokenising costs the audit.
+    reset_default_counter()
+    assert default_counter().exact
+    gc.collect()
+    _, recold = timed(lambda: audit(records, provider))
     return AuditFigures(
         provider=provider,
         requests=len(records),
         sessions=len({r.session for r in records}),
         cold_s=cold / 1e9,
+        recold_s=recold / 1e9,
         warm_best_s=best / 1e9,
         warm_runs_s=[t / 1e9 for t in warm],
         requests_per_s=len(records) / (best / 1e9),
@@ -127,31 +174,41 @@ def bench_audit(records: list[Record], provider: str, repeats: int) -> AuditFigu
     )
 
 
+class _RecordingCounter(TokenCounter):
+    """A token counter that keeps the text of every distinct block it is asked about."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: dict[bytes, str] = {}
+
+    def count(self, key: bytes, text: str) -> int:
+        self.texts.setdefault(key, text)
+        return super().count(key, text)
+
+
 def bench_tokenise(records: list[Record], repeats: int) -> dict[str, float]:
-    """``canonicalize`` of every request with an empty token memo (encoder already loaded) vs with every
-    block memoised: the difference is what tiktoken costs an audit of the file."""
-    cold: list[int] = []
-    warm: list[int] = []
-    blocks = 0
+    """What tiktoken costs an audit of the file: ``encode_ordinary`` over the text of every distinct block
+    (exactly the calls a cold token memo makes), best of ``repeats``."""
+    import tiktoken
+
+    rec = _RecordingCounter()
+    for r in records:
+        canonicalize(r.api, r.body, rec)
+    texts = list(rec.texts.values())
+    enc = tiktoken.get_encoding(rec.encoding_name)
+    tokens = sum(len(enc.encode_ordinary(t)) for t in texts)
+    best = math.inf
     for _ in range(repeats):
-        counter = TokenCounter()
-        assert counter.exact
         gc.collect()
         t0 = now_ns()
-        for r in records:
-            canonicalize(r.api, r.body, counter)
-        cold.append(now_ns() - t0)
-        blocks = counter.memo_len()
-        gc.collect()
-        t0 = now_ns()
-        for r in records:
-            canonicalize(r.api, r.body, counter)
-        warm.append(now_ns() - t0)
+        for t in texts:
+            enc.encode_ordinary(t)
+        best = min(best, now_ns() - t0)
     return {
-        "canonicalize_cold_s": min(cold) / 1e9,
-        "canonicalize_warm_s": min(warm) / 1e9,
-        "tiktoken_s": (min(cold) - min(warm)) / 1e9,
-        "distinct_blocks": blocks,
+        "distinct_blocks": len(texts),
+        "tokens": tokens,
+        "encode_s": best / 1e9,
+        "tokens_per_s": tokens / (best / 1e9),
     }
 
 
@@ -170,6 +227,8 @@ class TurnSamples:
     memo_growth: list[int] = field(default_factory=list)
     steps: dict[str, list[int]] = field(default_factory=lambda: {s: [] for s in STEPS})
     canon_all_hits: list[int] = field(default_factory=list)
+    session_pipeline: list[int] = field(default_factory=list)
+    session_memo_growth: list[int] = field(default_factory=list)
 
     def identity_diff(self) -> list[int]:
         return [a + b for a, b in zip(self.steps["canonicalize"], self.steps["diagnose"], strict=True)]
@@ -180,20 +239,21 @@ class TurnSamples:
 
 
 class Pipeline:
-    """The per-turn work of a proxy for one session: the same steps and order as ``agentcache.audit``."""
+    """The per-turn steps, timed one by one, in the order ``SessionPipeline.prepare``/``commit`` runs them
+    (canonicalize, diagnose, plan_repairs (+ apply), plan_breakpoints (+ with_markers), remember),
+    without its extras (TTL choice, routing key, writing markers onto the wire)."""
 
-    def __init__(self, api: str, counter: TokenCounter | None):
+    def __init__(self, api: str):
         self.api = api
-        self.counter = counter
         self.memory = SessionMemory()
         self.prev: CanonicalRequest | None = None
         self.rules = anthropic_rules(default_model("anthropic"))
 
-    def turn(self, wire: bytes, out: TurnSamples | None) -> CanonicalRequest:
+    def turn(self, wire: bytes, out: TurnSamples | None) -> None:
         t0 = now_ns()
         body = json.loads(wire)
         t1 = now_ns()
-        canon = canonicalize(self.api, body, self.counter)
+        canon = canonicalize(self.api, body)
         t2 = now_ns()
         if self.prev is not None:
             d = diagnose(self.prev, canon)
@@ -201,7 +261,7 @@ class Pipeline:
         t3 = now_ns()
         repair = plan_repairs(self.memory, canon, body)
         body1 = apply(self.api, body, repair.plan) if not repair.plan.empty else body
-        rep = canonicalize(self.api, body1, self.counter) if body1 is not body else canon
+        rep = canonicalize(self.api, body1) if body1 is not body else canon
         t4 = now_ns()
         bp = plan_breakpoints(rep, self.memory.sent, self.rules)
         planned = with_markers(rep, bp.markers, bp.top)
@@ -212,10 +272,20 @@ class Pipeline:
         if out is not None:
             for name, t in zip(STEPS, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5), strict=True):
                 out.steps[name].append(t)
-        return canon
 
 
-def bench_turns(api: str, wires: list[bytes], passes: int, warmup: int) -> list[TurnSamples]:
+def session_turn(pipe: SessionPipeline, api: str, body: dict[str, Any], now: float) -> None:
+    """What the proxy runs per request (wire body already parsed)."""
+    pipe.commit(pipe.prepare(api, body, None, now))
+
+
+def fresh_memo() -> None:
+    """Empty the process-wide token memo (the one canonicalize, audit and SessionPipeline use)."""
+    reset_default_counter()
+    assert default_counter().exact, "tiktoken encoder unavailable: figures would be byte estimates"
+
+
+def bench_turns(api: str, provider: str, wires: list[bytes], passes: int, warmup: int) -> list[TurnSamples]:
     canon = [canonicalize(api, json.loads(w), TokenCounter()) for w in wires]
     turns = [
         TurnSamples(
@@ -229,33 +299,33 @@ def bench_turns(api: str, wires: list[bytes], passes: int, warmup: int) -> list[
     ]
     for p in range(warmup + passes):
         record = p >= warmup
-        counter = TokenCounter()
-        assert counter.exact
-        pipe = Pipeline(api, counter)
+        # The steps one by one.
+        fresh_memo()
+        pipe = Pipeline(api)
         gc.collect()
         for w, ts in zip(wires, turns, strict=True):
-            before = counter.memo_len()
+            before = default_counter().memo_len()
             pipe.turn(w, ts if record else None)
             if record:
-                ts.memo_growth.append(counter.memo_len() - before)
+                ts.memo_growth.append(default_counter().memo_len() - before)
                 body = json.loads(w)
                 t0 = now_ns()
-                canonicalize(api, body, counter)
+                canonicalize(api, body)
                 ts.canon_all_hits.append(now_ns() - t0)
+        # The real thing: SessionPipeline, one request every 10 s.
+        fresh_memo()
+        sp = SessionPipeline(provider, session="bench")
+        gc.collect()
+        for k, (w, ts) in enumerate(zip(wires, turns, strict=True)):
+            body = json.loads(w)
+            before = default_counter().memo_len()
+            t0 = now_ns()
+            session_turn(sp, api, body, 10.0 * k)
+            t1 = now_ns()
+            if record:
+                ts.session_pipeline.append(t1 - t0)
+                ts.session_memo_growth.append(default_counter().memo_len() - before)
     return turns
-
-
-def check_default_counter(api: str, wires: list[bytes]) -> list[int]:
-    """One pass through the process-wide counter (``counter=None``, as audit and the proxy use it):
-    ``default_counter().memo_len()`` growth per turn."""
-    reset_default_counter()
-    pipe = Pipeline(api, None)
-    growth: list[int] = []
-    for w in wires:
-        before = default_counter().memo_len()
-        pipe.turn(w, None)
-        growth.append(default_counter().memo_len() - before)
-    return growth
 
 
 def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
@@ -272,7 +342,7 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, 
 
 def turn_summary(ts: TurnSamples) -> dict[str, Any]:
     med = {s: ms(statistics.median(v)) for s, v in ts.steps.items()}
-    ident, pipe = ts.identity_diff(), ts.pipeline()
+    ident, pipe, sp = ts.identity_diff(), ts.pipeline(), ts.session_pipeline
     return {
         "messages": ts.messages,
         "blocks": ts.blocks,
@@ -284,6 +354,8 @@ def turn_summary(ts: TurnSamples) -> dict[str, Any]:
         "canonicalize_all_hits_ms": ms(statistics.median(ts.canon_all_hits)),
         "identity_diff_ms": {"p50": ms(pct(ident, 50)), "p95": ms(pct(ident, 95)), "max": ms(max(ident))},
         "pipeline_ms": {"p50": ms(pct(pipe, 50)), "p95": ms(pct(pipe, 95)), "max": ms(max(pipe))},
+        "session_pipeline_ms": {"p50": ms(pct(sp, 50)), "p95": ms(pct(sp, 95)), "max": ms(max(sp))},
+        "session_memo_growth_median": statistics.median(ts.session_memo_growth),
         "samples": len(pipe),
     }
 
@@ -291,20 +363,22 @@ def turn_summary(ts: TurnSamples) -> dict[str, Any]:
 # ---- part 3: profile of the 200-message turn ------------------------------------------------------------
 
 
-def profile_last_turn(api: str, wires: list[bytes], reps: int, top: int) -> dict[str, Any]:
-    """cProfile of the full pipeline on the last turn; each repetition starts from a pipeline that has
-    seen the previous turn (memo holds the prefix), so the new blocks are tokenised every time."""
+def profile_last_turn(api: str, provider: str, wires: list[bytes], reps: int, top: int) -> dict[str, Any]:
+    """cProfile of ``SessionPipeline.prepare`` + ``commit`` on the last turn; each repetition starts from a
+    pipeline that has seen the previous turn (the memo holds the prefix), so the new blocks are tokenised
+    every time. ``json.loads`` of the wire bytes is profiled with it."""
     prof = cProfile.Profile()
     for _ in range(reps):
-        pipe = Pipeline(api, TokenCounter())
-        pipe.turn(wires[-2], None)
+        fresh_memo()
+        sp = SessionPipeline(provider, session="bench")
+        session_turn(sp, api, json.loads(wires[-2]), 0.0)
         prof.enable()
-        pipe.turn(wires[-1], None)
+        session_turn(sp, api, json.loads(wires[-1]), 10.0)
         prof.disable()
     st = pstats.Stats(prof)
     raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = st.stats  # type: ignore[attr-defined]
     total = sum(v[2] for v in raw.values())
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (file, line, func), (_cc, nc, tt, ct, _callers) in raw.items():
         rows.append(
             {
@@ -320,9 +394,26 @@ def profile_last_turn(api: str, wires: list[bytes], reps: int, top: int) -> dict
     return {"api": api, "reps": reps, "total_ms_per_turn": total * 1e3 / reps, "by_tottime": by_tt, "by_cumtime": by_ct}
 
 
+@functools.cache
+def _functions(file: str) -> list[tuple[int, int, str]]:
+    try:
+        tree = ast.parse(Path(file).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return []
+    return [
+        (n.lineno, n.end_lineno or n.lineno, n.name)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+
+
 def _where(file: str, line: int, func: str) -> str:
     if file == "~":
         return func
+    if func.startswith("<"):  # <genexpr>, <lambda>, <listcomp>: name the function it sits in
+        inside = [f for f in _functions(file) if f[0] <= line <= f[1]]
+        if inside:
+            func = f"{func} in {max(inside)[2]}"
     parts = Path(file).parts
     for anchor in ("agentcache", "adapters", "policies"):
         if anchor in parts:
@@ -345,7 +436,17 @@ def machine() -> dict[str, Any]:
         pass
     import tiktoken
 
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(["git", *args], cwd=_synth.ROOT, capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return "?"
+        return out.stdout.strip() if out.returncode == 0 else "?"
+
+    dirty = [line[3:] for line in git("status", "--porcelain").splitlines() if line[3:].split("/")[0] in CODE_DIRS]
     return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "uncommitted_code": dirty,
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "nproc": os.cpu_count(),
         "sched_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -359,8 +460,14 @@ def machine() -> dict[str, Any]:
 def markdown(res: dict[str, Any]) -> str:
     m = res["machine"]
     out = [
-        f"Run {m['date']} on {m['cpu']} ({m['nproc']} CPUs), {m['python']}, tiktoken {m['tiktoken']}"
-        f"{' (--quick)' if res['quick'] else ''}.",
+        f"Run {m['date']} at commit {m['commit']}"
+        f"{' + uncommitted changes in ' + ', '.join(m['uncommitted_code']) if m['uncommitted_code'] else ''}, "
+        f"on {m['cpu']} ({m['nproc']} CPUs), {m['python']}, tiktoken {m['tiktoken']}"
+        f"{' (--quick)' if res['quick'] else ''}; load average (1/5/15 min) "
+        f"{'/'.join(f'{x:.2f}' for x in res['loadavg_start'])} at the start, "
+        f"{'/'.join(f'{x:.2f}' for x in res['loadavg_end'])} at the end. Other processes kept "
+        f"{res['other_load']['audit']:.2f} CPUs busy on average during part 1 (audit) and "
+        f"{res['other_load']['per_turn']:.2f} during part 2 (per-turn timing), out of {m['nproc']}.",
         "",
         "### Audit of data/tau-bench/gpt-4o-airline.json",
         "",
@@ -369,23 +476,24 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res['encoder_load_ms']:.0f} ms; peak RSS after imports {res['rss_after_imports_mib']:.0f} MiB, "
         f"after load {res['rss_after_load_mib']:.0f} MiB.",
         "",
-        "| provider | cold audit (empty token memo) | warm audit, best of "
-        f"{len(res['audit'][0]['warm_runs_s'])} | requests/s (warm) | tiktoken cost (cold − warm) "
-        "| distinct blocks tokenised | peak RSS |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| provider | first audit (empty token memo) | warm audit, best of "
+        f"{len(res['audit'][0]['warm_runs_s'])} | requests/s (warm) | warm runs | empty memo again, after the "
+        "warm runs | distinct blocks tokenised | peak RSS |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
     ]
     tk = res["tokenise"]
     for a in res["audit"]:
         out.append(
             f"| {a['provider']} | {a['cold_s']:.2f} s | {a['warm_best_s']:.2f} s | {a['requests_per_s']:,.0f} "
-            f"| {a['cold_s'] - a['warm_best_s']:.2f} s | {a['memo_blocks']:,} | {a['peak_rss_mib']:.0f} MiB |"
+            f"| {', '.join(f'{x:.2f}' for x in a['warm_runs_s'])} s | {a['recold_s']:.2f} s | {a['memo_blocks']:,} "
+            f"| {a['peak_rss_mib']:.0f} MiB |"
         )
     out += [
         "",
-        f"tiktoken in isolation: `canonicalize` of all {res['audit'][0]['requests']:,} requests takes "
-        f"{tk['canonicalize_cold_s']:.2f} s with an empty token memo (encoder loaded) and "
-        f"{tk['canonicalize_warm_s']:.2f} s with all {tk['distinct_blocks']:,} distinct blocks memoised, "
-        f"so tokenising costs {tk['tiktoken_s']:.2f} s per audit of the file.",
+        f"tiktoken in isolation: a cold memo tokenises the {tk['distinct_blocks']:,} distinct blocks of the file "
+        f"({tk['tokens']:,.0f} tokens) once; `encode_ordinary` over their texts takes {tk['encode_s']:.3f} s "
+        f"(best of {len(res['audit'][0]['warm_runs_s'])}, {tk['tokens_per_s'] / 1e6:.2f} M tokens/s). That is what "
+        "an empty memo adds to an audit (warm audits re-tokenise nothing).",
     ]
     s = res["session"]
     out += [
@@ -400,50 +508,75 @@ def markdown(res: dict[str, Any]) -> str:
         "",
     ]
     for fmt in res["turns"]:
+        last = fmt["checkpoints"][-1]
         out += [
-            f"**{fmt['api']}** (last request: {fmt['checkpoints'][-1]['prompt_tokens']:,} prompt tokens, "
-            f"{fmt['checkpoints'][-1]['blocks']} blocks, {fmt['checkpoints'][-1]['wire_bytes']:,} wire bytes)",
+            f"**{fmt['api']}** (last request: {last['prompt_tokens']:,} prompt tokens, {last['blocks']} blocks, "
+            f"{last['wire_bytes']:,} wire bytes)",
             "",
-            "| msgs | blocks | new blocks | tokenised (memo growth) | prompt tokens | json.loads | canonicalize "
-            "| canonicalize, all memo hits | diagnose | identity+diff p50 / p95 / max | plan_repairs "
-            "| plan_breakpoints | remember | full pipeline p50 / p95 / max |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "Identity + diff (`canonicalize` the new body, `diagnose` against the previous one):",
+            "",
+            "| msgs | blocks | new blocks | tokenised (memo growth) | prompt tokens | json.loads (for comparison) "
+            "| canonicalize | canonicalize, all memo hits | diagnose | identity+diff p50 / p95 / max |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for c in fmt["checkpoints"]:
-            md, idd, pp = c["median_ms"], c["identity_diff_ms"], c["pipeline_ms"]
+            md, idd = c["median_ms"], c["identity_diff_ms"]
             out.append(
                 f"| {c['messages']} | {c['blocks']} | {c['new_blocks']} | {c['memo_growth_median']:g} "
                 f"| {c['prompt_tokens']:,} | {md['json_loads']:.3f} | {md['canonicalize']:.3f} "
                 f"| {c['canonicalize_all_hits_ms']:.3f} | {md['diagnose']:.3f} "
-                f"| {idd['p50']:.3f} / {idd['p95']:.3f} / {idd['max']:.3f} | {md['plan_repairs']:.3f} "
-                f"| {md['plan_breakpoints']:.3f} | {md['remember']:.3f} "
-                f"| {pp['p50']:.3f} / {pp['p95']:.3f} / {pp['max']:.3f} |"
+                f"| {idd['p50']:.3f} / {idd['p95']:.3f} / {idd['max']:.3f} |"
             )
-        f = fmt["fit"]
         out += [
             "",
-            f"Over all {s['turns']} turns: identity+diff median = {f['identity_diff']['a_ms']:.3f} ms + "
-            f"{f['identity_diff']['b_us_per_block']:.2f} µs × blocks in the request (r² = "
-            f"{f['identity_diff']['r2']:.3f}); canonicalize with all memo hits = "
-            f"{f['canon_all_hits']['a_ms']:.3f} ms + {f['canon_all_hits']['b_us_per_block']:.2f} µs × blocks "
-            f"(r² = {f['canon_all_hits']['r2']:.3f}); full pipeline = {f['pipeline']['a_ms']:.3f} ms + "
-            f"{f['pipeline']['b_us_per_block']:.2f} µs × blocks (r² = {f['pipeline']['r2']:.3f}). "
-            f"Token memo growth per turn (blocks tokenised) equals the number of new blocks on "
+            "Full per-turn pipeline: the steps one by one (identity+diff, then `plan_repairs`, `plan_breakpoints` "
+            "with Anthropic rules + `with_markers`, `SessionMemory.remember`), and `SessionPipeline.prepare` + "
+            f"`commit` with provider `{fmt['provider']}` as the proxy runs it (json.loads excluded from both):",
+            "",
+            "| msgs | plan_repairs | plan_breakpoints | remember | steps total p50 / p95 / max "
+            "| SessionPipeline p50 / p95 / max | tokenised by SessionPipeline |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for c in fmt["checkpoints"]:
+            md, pp, sp = c["median_ms"], c["pipeline_ms"], c["session_pipeline_ms"]
+            out.append(
+                f"| {c['messages']} | {md['plan_repairs']:.3f} | {md['plan_breakpoints']:.3f} | {md['remember']:.3f} "
+                f"| {pp['p50']:.3f} / {pp['p95']:.3f} / {pp['max']:.3f} "
+                f"| {sp['p50']:.3f} / {sp['p95']:.3f} / {sp['max']:.3f} | {c['session_memo_growth_median']:g} |"
+            )
+        f = fmt["fit"]
+
+        def line(key: str, f: dict[str, Any] = f) -> str:
+            return (
+                f"{f[key]['a_ms']:.3f} ms + {f[key]['b_us_per_block']:.2f} µs × blocks (r² = {f[key]['r2']:.3f})"
+            )
+
+        out += [
+            "",
+            f"Least-squares fit of the median over all {s['turns']} turns against the number of blocks in the "
+            f"request: identity+diff = {line('identity_diff')}; canonicalize with all memo hits = "
+            f"{line('canon_all_hits')}; steps total = {line('pipeline')}; SessionPipeline = "
+            f"{line('session_pipeline')}.",
+            "",
+            f"Token memo (`default_counter().memo_len()`) growth per turn equals the number of new blocks on "
             f"{fmt['memo_growth_equals_new_blocks']} of {s['turns']} turns and never exceeds it: "
             f"{fmt['memo_growth_within_new_blocks']}; after the first turn at most "
-            f"{fmt['memo_growth_later_turns_max']} blocks are tokenised per turn. Exceptions: "
+            f"{fmt['memo_growth_later_turns_max']} blocks are tokenised per turn "
+            f"({fmt['memo_growth_total_median']:g} over the session). Exceptions: "
             + "; ".join(
                 f"{e['messages']} msgs: {e['new_blocks']} new, {'/'.join(map(str, e['memo_growth']))} tokenised"
                 for e in fmt["memo_growth_exceptions"]
             )
-            + f". A pass through the process-wide `default_counter()` gives the same per-turn growth: "
-            f"{fmt['default_counter_same_as_fresh']}.",
+            + f". SessionPipeline tokenises {fmt['session_memo_growth_total_median']:g} blocks over the session, "
+            f"at most {fmt['session_memo_growth_later_turns_max']} per turn after the first.",
             "",
         ]
     for prof in res["profile"]:
         out += [
-            f"### cProfile, full pipeline on the 200-message turn ({prof['api']}, {prof['reps']} repetitions, "
-            f"{prof['total_ms_per_turn']:.2f} ms/turn under the profiler)",
+            f"### cProfile, json.loads + SessionPipeline.prepare + commit on the 200-message turn ({prof['api']}, "
+            f"provider {prof['provider']}, {prof['reps']} repetitions, "
+            f"{prof['total_ms_per_turn']:.2f} ms/turn under the profiler, which inflates absolute times; "
+            "compare the shares)",
             "",
             "| function (by own time) | calls/turn | own ms/turn | share | cumulative ms/turn |",
             "| --- | ---: | ---: | ---: | ---: |",
@@ -468,9 +601,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     audit_repeats, passes, warmup, prof_reps = (1, 5, 1, 20) if args.quick else (3, 41, 3, 200)
 
     res: dict[str, Any] = {"machine": machine(), "quick": args.quick, "passes": passes, "warmup": warmup}
+    res["loadavg_start"] = os.getloadavg()
     res["rss_after_imports_mib"] = peak_rss_mib()
 
     # Part 1.
+    snap = cpu_snap()
     reset_default_counter()
     _, enc = timed(lambda: default_counter().exact)
     res["encoder_load_ms"] = ms(enc)
@@ -484,11 +619,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"auditing {len(records)} requests under {provider} rules...", file=sys.stderr)
         res["audit"].append(asdict(bench_audit(records, provider, audit_repeats)))
     res["tokenise"] = bench_tokenise(records, audit_repeats)
+    res["other_load"] = {"audit": other_load(snap, cpu_snap())}
     del records, loaded
     reset_default_counter()
     gc.collect()
 
     # Part 2.
+    snap = cpu_snap()
     session = _synth.build_session()
     res["session"] = {
         "messages": len(session.messages),
@@ -499,12 +636,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     res["turns"] = []
     wires_by_api: dict[str, list[bytes]] = {}
-    for api, make in FORMATS:
+    for api, make, provider in FORMATS:
         wires = [json.dumps(b).encode() for b in make(session)]
         wires_by_api[api] = wires
         print(f"per-turn timing, {api}: {passes} passes x {len(wires)} turns...", file=sys.stderr)
-        turns = bench_turns(api, wires, passes, warmup)
-        growth_default = check_default_counter(api, wires)
+        turns = bench_turns(api, provider, wires, passes, warmup)
         summaries = [turn_summary(t) for t in turns]
         xs = [t.blocks for t in turns]
 
@@ -515,38 +651,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         res["turns"].append(
             {
                 "api": api,
+                "provider": provider,
                 "checkpoints": [s for s in summaries if s["messages"] in CHECKPOINTS],
                 "fit": {
                     "identity_diff": fit([s["identity_diff_ms"]["p50"] for s in summaries]),
                     "canon_all_hits": fit([s["canonicalize_all_hits_ms"] for s in summaries]),
                     "pipeline": fit([s["pipeline_ms"]["p50"] for s in summaries]),
+                    "session_pipeline": fit([s["session_pipeline_ms"]["p50"] for s in summaries]),
                 },
                 "memo_growth_equals_new_blocks": sum(
                     1 for t in turns if all(g == t.new_blocks for g in t.memo_growth)
                 ),
-                "memo_growth_within_new_blocks": all(
-                    g <= t.new_blocks for t in turns for g in [*t.memo_growth, growth_default[t.messages // 2 - 1]]
-                ),
+                "memo_growth_within_new_blocks": all(g <= t.new_blocks for t in turns for g in t.memo_growth),
                 "memo_growth_exceptions": [
                     {"messages": t.messages, "new_blocks": t.new_blocks, "memo_growth": sorted(set(t.memo_growth))}
                     for t in turns
                     if any(g != t.new_blocks for g in t.memo_growth)
                 ],
                 "memo_growth_later_turns_max": max(max(t.memo_growth) for t in turns[1:]),
-                "default_counter_growth": growth_default,
-                "default_counter_same_as_fresh": all(
-                    g == t.memo_growth[0] for g, t in zip(growth_default, turns, strict=True)
+                "session_memo_growth_later_turns_max": max(max(t.session_memo_growth) for t in turns[1:]),
+                "session_memo_growth_total_median": statistics.median(
+                    sum(v) for v in zip(*(t.session_memo_growth for t in turns), strict=True)
+                ),
+                "memo_growth_total_median": statistics.median(
+                    sum(v) for v in zip(*(t.memo_growth for t in turns), strict=True)
                 ),
                 "all_turns": summaries,
             }
         )
 
+    res["other_load"]["per_turn"] = other_load(snap, cpu_snap())
+
     # Part 3.
     res["profile"] = []
-    for api, _make in FORMATS:
+    for api, _make, provider in FORMATS:
         print(f"profiling the 200-message turn, {api}...", file=sys.stderr)
-        res["profile"].append(profile_last_turn(api, wires_by_api[api], prof_reps, top=15))
+        prof = profile_last_turn(api, provider, wires_by_api[api], prof_reps, top=15)
+        res["profile"].append({**prof, "provider": provider})
     res["peak_rss_end_mib"] = peak_rss_mib()
+    res["loadavg_end"] = os.getloadavg()
 
     print(markdown(res))
     if args.json:
