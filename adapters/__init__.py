@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from agentcache._canonical import CanonicalRequest
+from agentcache._canonical import BlockCache, CanonicalRequest
 from agentcache._exceptions import ConfigError
 from agentcache._tokens import TokenCounter
 
@@ -34,10 +34,14 @@ def adapter_for(api: str) -> ModuleType:
         raise ConfigError(f"unknown api {api!r}; expected one of {sorted(_ADAPTERS)}") from None
 
 
-def canonicalize(api: str, body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
-    """Canonical request for a wire ``body`` of format ``api``. Raises InputError on a malformed body."""
+def canonicalize(
+    api: str, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+) -> CanonicalRequest:
+    """Canonical request for a wire ``body`` of format ``api``. ``cache``: a session's
+    :class:`~agentcache._canonical.BlockCache`, so unchanged messages re-use their blocks.
+    Raises InputError on a malformed body."""
     mod = adapter_for(api)
-    result: CanonicalRequest = mod.canonicalize(body, counter=counter)
+    result: CanonicalRequest = mod.canonicalize(body, counter=counter, cache=cache)
     return result
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentcache._canonical import Builder, CanonicalRequest, Marker, dumps
+from agentcache._canonical import BlockCache, Builder, CanonicalRequest, Marker, dumps
 from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
@@ -24,28 +24,38 @@ API = "anthropic.messages"
 MESSAGE_LEVEL_OPTIONS = ("tool_choice", "thinking")
 
 
-def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
-    """Canonical request of an Anthropic Messages body. Raises InputError if malformed."""
+def canonicalize(
+    body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+) -> CanonicalRequest:
+    """Canonical request of an Anthropic Messages body. ``cache``: the session's block cache (unchanged
+    units re-use their blocks). Raises InputError if malformed."""
     body = require_dict(body, API)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise InputError("anthropic.messages body needs a 'messages' list")
-    b = Builder(API, str(body.get("model", "")), counter)
+    b = Builder(API, str(body.get("model", "")), counter, cache)
     b.option("model", body.get("model"))
-    for i, tool in enumerate(require_list(body.get("tools"), "tools")):
-        b.add(f"tools[{i}]", "tool", tool, name=tool.get("name"))
+    tools = require_list(body.get("tools"), "tools")
+    if (key := b.reuse("tools", tools)) is not None:
+        for i, tool in enumerate(tools):
+            b.add(f"tools[{i}]", "tool", tool, name=tool.get("name"))
+        b.store(key)
     system = body.get("system")
     require_content(system, "system")
-    if isinstance(system, str):
-        if system:
-            b.add("system", "system", system)
-    elif isinstance(system, list):
-        for i, blk in enumerate(system):
-            b.add(f"system[{i}]", "system", blk)
-    for key in MESSAGE_LEVEL_OPTIONS:
-        if key in body:
-            b.option(key, body[key])
+    if (key := b.reuse("system", system)) is not None:
+        if isinstance(system, str):
+            if system:
+                b.add("system", "system", system)
+        elif isinstance(system, list):
+            for i, blk in enumerate(system):
+                b.add(f"system[{i}]", "system", blk)
+        b.store(key)
+    for opt in MESSAGE_LEVEL_OPTIONS:
+        if opt in body:
+            b.option(opt, body[opt])
     for i, msg in enumerate(messages):
+        if (key := b.reuse(i, msg)) is None:
+            continue
         if not isinstance(msg, dict) or "role" not in msg:
             raise InputError(f"messages[{i}] is not a message object with a role")
         env = dumps({"role": msg["role"]})
@@ -56,6 +66,7 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
                 b.add(f"messages[{i}].content[{j}]", "message", blk, env=env, message=i)
         else:
             b.add(f"messages[{i}].content", "message", content, env=env, message=i)
+        b.store(key)
     top = body.get("cache_control")
     top_marker = Marker(str(top.get("ttl", "5m")), top) if isinstance(top, dict) else None
     return b.build(top_marker=top_marker)

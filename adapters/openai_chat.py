@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentcache._canonical import Builder, CanonicalRequest, dumps
+from agentcache._canonical import BlockCache, Builder, CanonicalRequest, dumps
 from agentcache._causes import Section
 from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
@@ -39,22 +39,30 @@ def cache_mode_of(body: dict[str, Any]) -> str:
     return str(opts.get("mode") or "implicit") if isinstance(opts, dict) else "implicit"
 
 
-def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
-    """Canonical request of a Chat Completions body. Raises InputError if malformed."""
+def canonicalize(
+    body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+) -> CanonicalRequest:
+    """Canonical request of a Chat Completions body. ``cache``: the session's block cache (unchanged
+    units re-use their blocks). Raises InputError if malformed."""
     body = require_dict(body, API)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise InputError("openai.chat body needs a 'messages' list")
-    b = Builder(API, str(body.get("model", "")), counter)
+    b = Builder(API, str(body.get("model", "")), counter, cache)
     b.option("model", body.get("model"))
-    for i, tool in enumerate(require_list(body.get("tools"), "tools")):
-        fn = tool.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
-        b.add(f"tools[{i}]", "tool", tool, name=name)
-    for key in TOOL_LEVEL_OPTIONS:
-        if key in body:
-            b.option(key, body[key])
+    tools = require_list(body.get("tools"), "tools")
+    if (key := b.reuse("tools", tools)) is not None:
+        for i, tool in enumerate(tools):
+            fn = tool.get("function")
+            name = fn.get("name") if isinstance(fn, dict) else tool.get("name")
+            b.add(f"tools[{i}]", "tool", tool, name=name)
+        b.store(key)
+    for opt in TOOL_LEVEL_OPTIONS:
+        if opt in body:
+            b.option(opt, body[opt])
     for i, msg in enumerate(messages):
+        if (key := b.reuse(i, msg)) is None:
+            continue
         if not isinstance(msg, dict) or "role" not in msg:
             raise InputError(f"messages[{i}] is not a message object with a role")
         section: Section = "system" if msg["role"] in SYSTEM_ROLES else "message"
@@ -69,6 +77,7 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
             b.add(f"messages[{i}].content", section, content, env=env, message=i)
         for j, call in enumerate(calls):
             b.add(f"messages[{i}].tool_calls[{j}]", section, call, env=env, message=i)
+        b.store(key)
     return b.build(
         cache_key=body.get("prompt_cache_key"), retention=retention_of(body), extra={"cache_mode": cache_mode_of(body)}
     )

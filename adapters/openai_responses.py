@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentcache._canonical import Builder, CanonicalRequest, dumps
+from agentcache._canonical import BlockCache, Builder, CanonicalRequest, dumps
 from agentcache._causes import Section
 from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
@@ -23,16 +23,19 @@ API = "openai.responses"
 TOOL_LEVEL_OPTIONS = ("tool_choice", "parallel_tool_calls", "text")
 
 
-def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> CanonicalRequest:
-    """Canonical request of a Responses body. Raises InputError if malformed."""
+def canonicalize(
+    body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+) -> CanonicalRequest:
+    """Canonical request of a Responses body. ``cache``: the session's block cache (unchanged items
+    re-use their blocks). Raises InputError if malformed."""
     body = require_dict(body, API)
-    b = Builder(API, str(body.get("model", "")), counter)
+    b = Builder(API, str(body.get("model", "")), counter, cache)
     b.option("model", body.get("model"))
     for i, tool in enumerate(require_list(body.get("tools"), "tools")):
         b.add(f"tools[{i}]", "tool", tool, name=tool.get("name"))
-    for key in TOOL_LEVEL_OPTIONS:
-        if key in body:
-            b.option(key, body[key])
+    for opt in TOOL_LEVEL_OPTIONS:
+        if opt in body:
+            b.option(opt, body[opt])
     if body.get("instructions"):
         b.add("instructions", "system", body["instructions"])
     items = body.get("input")
@@ -40,6 +43,8 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
         b.add("input", "message", items, env=dumps({"role": "user"}), message=0)
     elif isinstance(items, list):
         for i, item in enumerate(items):
+            if (key := b.reuse(i, item)) is None:
+                continue
             if not isinstance(item, dict):
                 raise InputError(f"input[{i}] is not an object")
             role = item.get("role")
@@ -54,6 +59,7 @@ def canonicalize(body: dict[str, Any], counter: TokenCounter | None = None) -> C
                 b.add(f"input[{i}].content", section, content, env=env, message=i)
             else:
                 b.add(f"input[{i}]", "message", item, message=i)
+            b.store(key)
     elif items is not None:
         raise InputError("openai.responses 'input' must be a string or a list")
     return b.build(

@@ -106,14 +106,16 @@ def audit(
     results: list[tuple[_Session, int, Record, dict[str, SimResult], Prepared]] = []
     for n, rec in enumerate(recs):
         now = rec.at or 0.0
+        sess = sessions.get(rec.session)
+        pipe = (
+            sess.pipe if sess is not None else SessionPipeline(provider, price_model, scope, False, session=rec.session)
+        )
         try:
-            orig = canonicalize(rec.api, rec.body)
+            orig = canonicalize(rec.api, rec.body, cache=pipe.cache)
         except (InputError, ConfigError) as exc:  # one bad record never stops the audit
             errors.append(InputError(str(exc), source=rec.source or None, record=rec.index))
             continue
-        sess = sessions.get(rec.session)
         if sess is None:
-            pipe = SessionPipeline(provider, price_model, scope, apply_markers=False, session=rec.session)
             sess = sessions[rec.session] = _Session(SessionReport(rec.session, arms=_arms(arms)), pipe)
         prep = sess.pipe.prepare(rec.api, rec.body, orig, rec.at)
         res = {"as_sent": sims["as_sent"].run(orig, now), "agentcache": sims["agentcache"].run(prep.planned, now)}

@@ -36,19 +36,18 @@ MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
 MEDIA_TYPES = frozenset({"image", "document", "image_url", "input_image", "input_file", "file", "input_audio"})
 
 
+# One encoder for the process: json.dumps with keyword arguments builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes in the stored key order (the wire bytes of a unit)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return _encode(value).encode()
 
 
 def digest(*parts: bytes) -> bytes:
     """blake2b-128 over ``parts`` separated by a NUL byte."""
-    h = blake2b(digest_size=16)
-    for i, p in enumerate(parts):
-        if i:
-            h.update(b"\x00")
-        h.update(p)
-    return h.digest()
+    return blake2b(b"\x00".join(parts), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +144,46 @@ class CanonicalRequest:
         return spans
 
 
+class BlockCache:
+    """The blocks of the units one session sent recently, keyed by (position, wire text), so a new
+    turn re-uses the blocks of every unchanged message instead of rebuilding them: per-turn work is
+    then one C-level JSON encoding per message plus the work on the new blocks. Bounded: entries no
+    request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
+
+    __slots__ = ("_age", "_entries", "_keep", "generation")
+
+    def __init__(self, keep: int = 4):
+        self._entries: dict[tuple[str | int, str], tuple[Block, ...]] = {}
+        self._age: dict[tuple[str | int, str], int] = {}
+        self._keep = keep
+        self.generation = 0
+
+    def get(self, position: str | int, unit: Any) -> tuple[tuple[str | int, str], tuple[Block, ...] | None]:
+        """``(key, blocks)``: the key of ``unit`` at ``position`` and its cached blocks, if any."""
+        key = (position, _encode(unit))
+        hit = self._entries.get(key)
+        if hit is not None:
+            self._age[key] = self.generation
+        return key, hit
+
+    def put(self, key: tuple[str | int, str], blocks: tuple[Block, ...]) -> None:
+        """Remember ``blocks`` for ``key``."""
+        self._entries[key] = blocks
+        self._age[key] = self.generation
+
+    def tick(self) -> None:
+        """One request done: forget entries no recent request used."""
+        self.generation += 1
+        if len(self._age) > 64:
+            old = [k for k, g in self._age.items() if g < self.generation - self._keep]
+            for k in old:
+                del self._entries[k]
+                del self._age[k]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 def common_prefix(a: CanonicalRequest, b: CanonicalRequest) -> int:
     """Number of leading blocks ``a`` and ``b`` share (by chain hash; binary search, O(log n))."""
     lo, hi = 0, min(len(a.chain), len(b.chain))
@@ -161,11 +200,31 @@ def common_prefix(a: CanonicalRequest, b: CanonicalRequest) -> int:
 class Builder:
     """Accumulates blocks for one request; adapters call :meth:`add` in prefix order."""
 
-    def __init__(self, api: str, model: str, counter: TokenCounter | None = None):
+    def __init__(self, api: str, model: str, counter: TokenCounter | None = None, cache: BlockCache | None = None):
         self.api = api
         self.model = model
         self._counter = counter or default_counter()
         self._blocks: list[Block] = []
+        self._cache = cache
+        self._mark = 0
+
+    def reuse(self, position: str | int, unit: Any) -> tuple[str | int, str] | None:
+        """With a cache, re-use the blocks of ``unit`` at ``position`` when it was seen unchanged and
+        return None (the caller skips it); otherwise return the key for :meth:`store`, which files the
+        blocks the caller adds next. Without a cache, always None-free: returns a dummy key."""
+        if self._cache is None:
+            return ("", "")
+        key, hit = self._cache.get(position, unit)
+        if hit is None:
+            self._mark = len(self._blocks)
+            return key
+        self._blocks.extend(hit)
+        return None
+
+    def store(self, key: tuple[str | int, str]) -> None:
+        """File the blocks added since :meth:`reuse` returned ``key``."""
+        if self._cache is not None:
+            self._cache.put(key, tuple(self._blocks[self._mark :]))
 
     def option(self, key: str, value: Any) -> None:
         """Add an option block (zero tokens) named by its top-level key."""
@@ -207,6 +266,8 @@ class Builder:
         extra: Mapping[str, Any] | None = None,
     ) -> CanonicalRequest:
         """Freeze the blocks into a :class:`CanonicalRequest` with its chain and cumulative tokens."""
+        if self._cache is not None:
+            self._cache.tick()
         chain: list[bytes] = []
         cum: list[int] = []
         prev = b""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import _causes as C
-from ._canonical import CanonicalRequest, common_prefix, with_markers
+from ._canonical import BlockCache, CanonicalRequest, common_prefix, with_markers
 from ._config import Settings, get_settings
 from ._diagnose import Divergence, diagnose, static_end
 from ._pricing import anthropic_rules, openai_rules
@@ -89,6 +89,7 @@ class SessionPipeline:
         self.session = session
         self.lineage = lineage or session
         self.memory = SessionMemory()
+        self.cache = BlockCache()
         self.last_original: CanonicalRequest | None = None
         self.times: list[float] = []
         self.timed = True
@@ -135,13 +136,13 @@ class SessionPipeline:
     ) -> Prepared:
         """Plan the request sent at ``now`` (seconds; None when unknown). Raises InputError for a
         malformed body (the caller fails open)."""
-        orig = original if original is not None else canonicalize(api, body)
+        orig = original if original is not None else canonicalize(api, body, cache=self.cache)
         div = diagnose(self.last_original, orig) if self.last_original is not None else None
         client = orig
         if self.settings.move_volatile and api == "anthropic.messages":
             moved = move_volatile(body, self.volatile)
             if moved is not body:
-                body, orig = moved, canonicalize(api, moved)
+                body, orig = moved, canonicalize(api, moved, cache=self.cache)
         if self.memory.sent is None:
             first = self.scope.tools.get(_tool_names(orig))
             if first is not None and _tool_names(orig):
@@ -149,7 +150,7 @@ class SessionPipeline:
                 self.memory.tool_units = dict(first.tool_units)
         repair = plan_repairs(self.memory, orig, body)
         wire = apply(api, body, repair.plan) if not repair.plan.empty else body
-        rep = canonicalize(api, wire) if wire is not body else orig
+        rep = canonicalize(api, wire, cache=self.cache) if wire is not body else orig
         if (
             self.provider == "openai"
             and api != "anthropic.messages"
@@ -177,7 +178,7 @@ class SessionPipeline:
                 reasons = tuple(bp.reasons[i] for i in bp.markers)
                 if self.apply_markers:
                     wire = apply(api, wire, WirePlan(markers=tuple((p, "30m") for p in marks)))
-                    planned = canonicalize(api, wire)
+                    planned = canonicalize(api, wire, cache=self.cache)
         if self.provider == "anthropic":
             rules = anthropic_rules(self.model or rep.model)
             shared = common_prefix(self.memory.sent, rep) if self.memory.sent is not None else 0
@@ -201,7 +202,7 @@ class SessionPipeline:
                     ),
                 )
                 # A marker on a string turns it into a text block: re-read what is really sent.
-                planned = canonicalize(api, wire)
+                planned = canonicalize(api, wire, cache=self.cache)
         return Prepared(wire, client, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now)
 
     def keep_warm(self, expected_gap: float | None = None) -> KeepWarmDecision | None:

@@ -15,6 +15,7 @@ from typing import Any
 from . import _causes as C
 from ._canonical import (
     CanonicalRequest,
+    common_prefix,
     dumps,
     message_bytes,
     message_indices,
@@ -122,10 +123,16 @@ def _repair_messages(
 ) -> None:
     field_name = "input" if "input" in sent_body else "messages"
     old_msgs = sent_body.get(field_name)
-    if not isinstance(old_msgs, list):
-        return
+    n = common_prefix(sent, canon)
+    if not isinstance(old_msgs, list) or n == len(sent.blocks):
+        return  # append-only (the common case): nothing to repair, O(log n)
+    first = sent.blocks[n].message
+    if first is None:
+        first = 0
     new_idx = set(message_indices(canon))
     for k in message_indices(sent):
+        if k < first:
+            continue
         if k not in new_idx:
             return
         if message_bytes(sent, k) == message_bytes(canon, k):
