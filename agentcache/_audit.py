@@ -111,6 +111,7 @@ def audit(
             sess.pipe if sess is not None else SessionPipeline(provider, price_model, scope, False, session=rec.session)
         )
         try:
+            pipe.cache.begin()
             orig = canonicalize(rec.api, rec.body, cache=pipe.cache)
         except (InputError, ConfigError) as exc:  # one bad record never stops the audit
             errors.append(InputError(str(exc), source=rec.source or None, record=rec.index))

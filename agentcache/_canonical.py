@@ -150,20 +150,36 @@ class BlockCache:
     then one C-level JSON encoding per message plus the work on the new blocks. Bounded: entries no
     request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
 
-    __slots__ = ("_age", "_entries", "_keep", "generation")
+    __slots__ = ("_age", "_by_id", "_entries", "_keep", "generation", "hits", "misses")
 
     def __init__(self, keep: int = 4):
         self._entries: dict[tuple[str | int, str], tuple[Block, ...]] = {}
         self._age: dict[tuple[str | int, str], int] = {}
+        # Within one prepared request the same (unmutated) objects are canonicalized several times
+        # (client body, repaired body, marked body): remember their keys by identity until begin().
+        self._by_id: dict[int, tuple[Any, tuple[str | int, str]]] = {}
         self._keep = keep
         self.generation = 0
+        self.hits = self.misses = 0
+
+    def begin(self) -> None:
+        """Start a new request: objects seen before may since have been mutated in place."""
+        self._by_id.clear()
 
     def get(self, position: str | int, unit: Any) -> tuple[tuple[str | int, str], tuple[Block, ...] | None]:
         """``(key, blocks)``: the key of ``unit`` at ``position`` and its cached blocks, if any."""
-        key = (position, _encode(unit))
+        seen = self._by_id.get(id(unit))
+        if seen is not None and seen[0] is unit and seen[1][0] == position:
+            key = seen[1]
+        else:
+            key = (position, _encode(unit))
+            self._by_id[id(unit)] = (unit, key)
         hit = self._entries.get(key)
         if hit is not None:
             self._age[key] = self.generation
+            self.hits += 1
+        else:
+            self.misses += 1
         return key, hit
 
     def put(self, key: tuple[str | int, str], blocks: tuple[Block, ...]) -> None:

@@ -134,8 +134,11 @@ class SessionPipeline:
     def prepare(
         self, api: str, body: dict[str, Any], original: CanonicalRequest | None = None, now: float | None = None
     ) -> Prepared:
-        """Plan the request sent at ``now`` (seconds; None when unknown). Raises InputError for a
+        """Plan the request sent at ``now`` (seconds; None when unknown). ``original``: ``body`` already
+        canonicalized with this session's cache (after ``self.cache.begin()``). Raises InputError for a
         malformed body (the caller fails open)."""
+        if original is None:
+            self.cache.begin()
         orig = original if original is not None else canonicalize(api, body, cache=self.cache)
         div = diagnose(self.last_original, orig) if self.last_original is not None else None
         client = orig

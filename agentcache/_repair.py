@@ -17,9 +17,6 @@ from ._canonical import (
     CanonicalRequest,
     common_prefix,
     dumps,
-    message_bytes,
-    message_indices,
-    message_value,
     value_digest,
 )
 from .adapters._plan import KEEP, WirePlan
@@ -129,18 +126,17 @@ def _repair_messages(
     first = sent.blocks[n].message
     if first is None:
         first = 0
-    new_idx = set(message_indices(canon))
-    for k in message_indices(sent):
+    old_spans, new_spans = sent.message_spans(), canon.message_spans()  # once: O(n), not per message
+    for k, (lo, hi) in sorted(old_spans.items()):
         if k < first:
             continue
-        if k not in new_idx:
+        if k not in new_spans:
             return
-        if message_bytes(sent, k) == message_bytes(canon, k):
+        old, new = sent.blocks[lo:hi], canon.blocks[slice(*new_spans[k])]
+        if [b.digest for b in old] == [b.digest for b in new]:
             continue
-        if message_value(sent, k) != message_value(canon, k):
+        if [value_digest(b) for b in old] != [value_digest(b) for b in new]:
             return  # a real change: leave it and everything after it alone
-        old_paths = [b.path for b in sent.blocks if b.message == k]
-        new_paths = [b.path for b in canon.blocks if b.message == k]
-        flip = any(p.endswith(".content") for p in old_paths) != any(p.endswith(".content") for p in new_paths)
+        flip = any(b.path.endswith(".content") for b in old) != any(b.path.endswith(".content") for b in new)
         replace[f"{field_name}[{k}]"] = old_msgs[k]
         repaired.append(C.MESSAGES_SHAPE if flip else C.MESSAGES_SERIALIZATION)

@@ -117,3 +117,21 @@ def test_every_case_body_canonicalizes() -> None:
         for r in case["requests"]:
             c = canonicalize(case["api"], r["body"])
             assert c.tokens > 3000
+
+
+def test_block_cache_rebuilds_only_new_messages() -> None:
+    from agentcache._canonical import BlockCache
+
+    cache = BlockCache()
+    first = canonicalize("anthropic.messages", _body(5), cache=cache)
+    misses = cache.misses
+    body = _body(7)
+    second = canonicalize("anthropic.messages", body, cache=cache)
+    assert cache.misses - misses == 2  # the two new messages; tools, system and 5 messages re-used
+    # Same result as without a cache, and an in-place edit is never served stale.
+    assert second.chain == canonicalize("anthropic.messages", body).chain
+    body["messages"][1]["content"][0]["text"] += " (edited)"  # type: ignore[index]
+    cache.begin()
+    third = canonicalize("anthropic.messages", body, cache=cache)
+    assert third.chain == canonicalize("anthropic.messages", body).chain != second.chain
+    assert first.chain == second.chain[: len(first.chain)]
