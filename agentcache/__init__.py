@@ -6,7 +6,20 @@ from ._audit import audit
 from ._canonical import Block, CanonicalRequest, Marker
 from ._diagnose import Divergence, diagnose
 from ._exceptions import AgentCacheError, ConfigError, InputError, InternalError, UnknownFormatError
+from ._lifecycle import (
+    LifecycleEvent,
+    PrefixIdentity,
+    PrometheusSink,
+    ReuseBoundary,
+    SessionSignal,
+    SGLangSink,
+    StorageTier,
+    TurnReport,
+)
 from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport
+from ._session import Session, SessionClosedError, Sessions, Tombstone
+from ._usage import CacheUsage, UsageTotals, cost_usd, normalize_usage
+from ._wrap import wrap
 
 __version__ = "0.1.0"
 
@@ -16,15 +29,32 @@ __all__ = [
     "AuditReport",
     "Block",
     "BreakRecord",
+    "CacheUsage",
     "CanonicalRequest",
     "ConfigError",
     "Divergence",
     "InputError",
     "InternalError",
+    "LifecycleEvent",
     "Marker",
     "MissRecord",
+    "PrefixIdentity",
+    "PrometheusSink",
+    "ReuseBoundary",
+    "SGLangSink",
+    "Session",
+    "SessionClosedError",
     "SessionReport",
+    "SessionSignal",
+    "Sessions",
+    "StorageTier",
+    "Tombstone",
+    "TurnReport",
     "UnknownFormatError",
+    "UsageTotals",
     "audit",
+    "cost_usd",
     "diagnose",
+    "normalize_usage",
+    "wrap",
 ]

@@ -226,3 +226,209 @@ def main() -> None:
         # The reader went away (``agentcache audit … | head``): not an error of ours.
         sys.stderr.close()
         os._exit(0)
+
+
+@app.command("serve")
+def serve_command(
+    model: Annotated[str, typer.Argument(help="Hugging Face id or model directory (SGLang), or a .gguf file.")],
+    extra_args: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[-- EXTRA_ENGINE_ARGS]", help="Passed to every engine process, after '--'."),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="auto (a .gguf file: llama.cpp, else SGLang), sglang or llama.cpp.")
+    ] = "auto",
+    host: Annotated[str, typer.Option(help="Address clients connect to.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port clients connect to (engines use the next ones).")] = 30000,
+    l2: Annotated[
+        str | None, typer.Option("--l2", help="Host-memory tier: a ratio of the GPU KV pool (2) or a size (16GB).")
+    ] = None,
+    l3: Annotated[
+        str | None, typer.Option("--l3", help="Storage tier: none, file:DIR, or mooncake[:HOST:PORT] (SGLang).")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="SGLang engines behind a cache-aware router.")] = 1,
+    prefix_cache: Annotated[
+        bool, typer.Option("--prefix-cache/--no-prefix-cache", help="The engine's prefix cache (off: baselines).")
+    ] = True,
+    session_cache: Annotated[
+        bool, typer.Option("--session-cache/--no-session-cache", help="SGLang session-aware eviction.")
+    ] = True,
+    page_size: Annotated[int | None, typer.Option(help="SGLang page size (default: 64 with --l2/--l3).")] = None,
+    sessions: Annotated[int, typer.Option(help="Concurrent sessions: llama.cpp slots (--parallel).")] = 4,
+    ctx_per_session: Annotated[int, typer.Option(help="llama.cpp context tokens per slot.")] = 8192,
+    engine_python: Annotated[
+        str,
+        typer.Option(envvar="AGENTCACHE_ENGINE_PYTHON", help="Interpreter that has SGLang (its own venv/container)."),
+    ] = "python3",
+    proxy: Annotated[bool, typer.Option("--proxy/--no-proxy", help="Put the agentcache proxy in front.")] = True,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print each command and its environment, and exit.")
+    ] = False,
+    log_dir: Annotated[Path | None, typer.Option(help="Where the processes' logs go (default: a temp dir).")] = None,
+    ready_timeout: Annotated[float, typer.Option(help="Seconds each process may take to become ready.")] = 900.0,
+) -> None:
+    """Serve a model with a KV cache set up for agent sessions (SGLang or llama.cpp), agentcache in front."""
+    from .serve import ServeOptions, parse_l2, parse_l3, serve
+
+    try:
+        options = ServeOptions(
+            model=model,
+            engine=engine,
+            host=host,
+            port=port,
+            l2=parse_l2(l2),
+            l3=parse_l3(l3),
+            workers=workers,
+            prefix_cache=prefix_cache,
+            session_cache=session_cache,
+            page_size=page_size,
+            sessions=sessions,
+            ctx_per_session=ctx_per_session,
+            python=engine_python,
+            proxy=proxy,
+            extra_args=tuple(extra_args or ()),
+        )
+        code = serve(options, dry_run=dry_run, log_dir=log_dir, ready_timeout=ready_timeout)
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    raise typer.Exit(code)
+
+
+@app.command("proxy")
+def proxy_command(
+    ctx: typer.Context,
+    upstream: Annotated[
+        str | None, typer.Option(help="anthropic, openai, or the base URL of an engine (SGLang, llama.cpp...).")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind (admin endpoints need a token off loopback).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port to bind (default 8787).")] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="TOML file: \\[proxy] for the proxy, \\[agentcache] for the pipeline."),
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="sglang: add session_id and post /close_session; llama; none.")
+    ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTCACHE_ADMIN_TOKEN", help="Token for /metrics and /agentcache/v1/report."),
+    ] = None,
+    redis_url: Annotated[
+        str | None, typer.Option(envvar="AGENTCACHE_REDIS_URL", help="Share sessions between replicas (redis://...).")
+    ] = None,
+    max_body_bytes: Annotated[int | None, typer.Option(help="Largest request body read (413 above).")] = None,
+    idle_timeout: Annotated[float | None, typer.Option(help="Seconds after which an idle session closes.")] = None,
+) -> None:
+    """Run the drop-in proxy: point ANTHROPIC_BASE_URL / OPENAI_BASE_URL (…/v1) at it."""
+    try:
+        from ._config import configure
+        from .proxy import load_proxy_config, serve
+    except ImportError as exc:
+        raise _fail(f"the proxy needs the 'proxy' extra: pip install 'agentcache[proxy]' ({exc})") from None
+    root = ctx.parent
+    if root is not None:  # one JSON line per request, unless --log-format/--log-level say otherwise
+        sources = [root.get_parameter_source(n) for n in ("log_format", "log_level")]
+        if all(s is None or s.name == "DEFAULT" for s in sources):  # by name: typer may vendor its own click
+            configure_logging("json", "info")
+    try:
+        settings = configure(config)
+        proxy_config = load_proxy_config(
+            config,
+            upstream=upstream,
+            host=host,
+            port=port,
+            engine=engine,
+            admin_token=admin_token,
+            redis_url=redis_url,
+            max_body_bytes=max_body_bytes,
+            idle_timeout=idle_timeout,
+        )
+    except ConfigError as exc:
+        raise _fail(str(exc)) from None
+    serve(proxy_config, settings)
+
+
+class ReplayApi(StrEnum):
+    """Values of ``replay --api``."""
+
+    openai = "openai"
+    anthropic = "anthropic"
+    sglang = "sglang"
+
+
+class ReplayVia(StrEnum):
+    """Values of ``replay --via``."""
+
+    agentcache = "agentcache"
+    direct = "direct"
+
+
+@app.command("replay")
+def replay_command(
+    paths: Annotated[list[Path], typer.Argument(metavar="PATH", help="Recorded traffic files (any audit format).")],
+    endpoint: Annotated[str, typer.Option(help="Base URL of the server, e.g. http://127.0.0.1:30000")],
+    api: Annotated[
+        ReplayApi, typer.Option(help="Wire format sent: openai (chat), anthropic (messages), sglang (/generate ids).")
+    ] = ReplayApi.openai,
+    concurrency: Annotated[int, typer.Option(help="Sessions replayed at once.")] = 4,
+    via: Annotated[
+        ReplayVia, typer.Option(help="agentcache: session pipeline + session affinity; direct: as recorded.")
+    ] = ReplayVia.direct,
+    affinity: Annotated[
+        bool | None,
+        typer.Option("--affinity/--no-affinity", help="Pin sessions (llama.cpp id_slot, SGLang session_id)."),
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 16,
+    max_turns: Annotated[int | None, typer.Option(help="Replay only the first N requests of each session.")] = None,
+    sessions: Annotated[int | None, typer.Option(help="Replay only the first N sessions.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name to send (default: the server's, or recorded).")] = None,
+    engine: Annotated[str, typer.Option(help="auto, llama.cpp, sglang or other (default: detected).")] = "auto",
+    api_key: Annotated[
+        str | None, typer.Option(envvar="AGENTCACHE_REPLAY_API_KEY", help="Sent as Bearer / x-api-key.")
+    ] = None,
+    vocab_size: Annotated[int | None, typer.Option(help="Vocabulary size for --api sglang token ids.")] = None,
+    label: Annotated[str, typer.Option(help="Name of this config in the table.")] = "",
+    json_output: Annotated[bool, typer.Option("--json", help="Print the JSON result on stdout.")] = False,
+    fmt: Annotated[FormatChoice | None, typer.Option("--format", help="Input format, skipping detection.")] = None,
+    tools: Annotated[Path | None, typer.Option(help="Tool schemas for tau-bench files.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 600.0,
+) -> None:
+    """Replay recorded sessions against a real endpoint: cached tokens, TTFT p50/p95/p99, errors."""
+    try:
+        from .replay import ReplayConfig, render_table, replay
+    except ImportError as exc:  # httpx is the replay's own dependency
+        raise _fail(f"agentcache replay needs {exc.name or 'httpx'}: pip install 'agentcache[serve]'") from None
+
+    errors = _Errors()
+    records = _load_all(paths, fmt.value if fmt is not None else None, None if tools is None else str(tools), errors)
+    if not records:
+        if not errors.count:
+            errors.add("no records to replay in " + ", ".join(str(p) for p in paths))
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if concurrency < 1 or max_tokens < 0:
+        raise _fail("--concurrency must be >= 1 and --max-tokens >= 0")
+    config = ReplayConfig(
+        endpoint=endpoint,
+        api=api.value,
+        concurrency=concurrency,
+        via=via.value,
+        affinity=affinity,
+        max_tokens=max_tokens,
+        max_turns=max_turns,
+        max_sessions=sessions,
+        engine=engine,
+        model=model,
+        api_key=api_key,
+        timeout=timeout,
+        vocab_size=vocab_size,
+        label=label,
+    )
+    result = replay(records, config)
+    if json_output:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        render_table([result], make_console())
+    if errors.count or result.completed == 0:
+        raise typer.Exit(EXIT_BAD_INPUT if errors.count else 1)

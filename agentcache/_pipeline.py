@@ -11,7 +11,7 @@ sending leaves the session unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _causes as C
 from ._canonical import BlockCache, CanonicalRequest, common_prefix, with_markers
@@ -28,9 +28,11 @@ from .policies.volatility import VolatileMemory, move_volatile
 @dataclass(slots=True)
 class ScopeMemory:
     """State shared by the sessions of one cache scope: the first tool order and bytes seen for each
-    tool-name set (so a new session of the same agent adopts them), and the OpenAI key planner."""
+    tool-name set (so a new session of the same agent adopts them; a copy of those two fields, for the
+    ``max_tool_sets`` most recent sets), and the OpenAI key planner."""
 
     tools: dict[frozenset[str], SessionMemory] = field(default_factory=dict)
+    max_tool_sets: int = 1024
     keys: KeyPlanner = field(default_factory=KeyPlanner)
 
 
@@ -44,6 +46,7 @@ class Prepared:
     ``repairs``: causes repaired. ``markers``: block paths carrying a planned marker, with the reason
     for each in ``marker_reasons``. ``ttl``: the TTL decision (Anthropic), else None.
     ``unmarked``: the wire body before markers were applied (what the session remembers).
+    ``learned``: the client-habit hints this request taught, installed by ``commit``.
     """
 
     body: dict[str, Any]
@@ -56,6 +59,15 @@ class Prepared:
     ttl: TTLDecision | None = None
     unmarked: dict[str, Any] | None = None
     at: float | None = None
+    learned: Learned | None = None
+
+
+class Learned(NamedTuple):
+    """Client-habit hints after a request (see ``SessionPipeline._learn``); installed on commit."""
+
+    edit_points: tuple[int, ...]
+    ephemeral_tail: int
+    rewrite_at: int | None
 
 
 def _tool_names(req: CanonicalRequest) -> frozenset[str]:
@@ -101,23 +113,25 @@ class SessionPipeline:
 
     # ---- learning from the client's own history ------------------------------------------------
 
-    def _learn(self, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> None:
-        """Update the hints from how the repaired request ``new`` relates to the last sent ``prev``."""
-        self.ephemeral_tail = 0
+    def _learn(self, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> Learned:
+        """The hints after the repaired request ``new``, given how it relates to the last sent ``prev``.
+        Pure: :meth:`commit` installs them, so a request that is never sent teaches nothing."""
+        edits, tail, rewrite = list(self.edit_points), 0, self.rewrite_at
         if div.cause is None or div.cause in C.REPAIRABLE_BREAKS:
-            return  # same meaning: nothing about the client's habits to learn
+            return Learned(tuple(edits), tail, rewrite)  # same meaning: nothing to learn about the client
         old = prev.blocks[div.shared_blocks]
         last_msg = max((b.message for b in prev.blocks if b.message is not None), default=None)
         n_new = len({b.message for b in new.blocks if b.message is not None})
         n_old = len({b.message for b in prev.blocks if b.message is not None})
         if old.message is not None and old.message == last_msg and n_new > n_old:
             # The client dropped trailing blocks of its last message and went on: they are ephemeral.
-            self.ephemeral_tail = sum(1 for b in prev.blocks[div.shared_blocks :] if not b.is_option)
+            tail = sum(1 for b in prev.blocks[div.shared_blocks :] if not b.is_option)
         if div.cause == C.MESSAGES_EDITED and old.message is not None:
-            self.edit_points.append(old.message)
+            edits.append(old.message)
             growth = max(1, n_new - n_old)
-            stride = self.edit_points[-1] - self.edit_points[-2] if len(self.edit_points) > 1 else growth
-            self.rewrite_at = old.message + stride if stride > 0 else None
+            stride = edits[-1] - edits[-2] if len(edits) > 1 else growth
+            rewrite = old.message + stride if stride > 0 else None
+        return Learned(tuple(edits), tail, rewrite)
 
     def _routing_key(self, req: CanonicalRequest, now: float | None) -> str:
         """This session's ``prompt_cache_key``: fixed once chosen, so the session stays where its
@@ -163,10 +177,11 @@ class SessionPipeline:
             key = self._routing_key(rep, now)
             wire = apply(api, wire, WirePlan(cache_key=key))
             rep = replace(rep, cache_key=key)
+        learned = Learned(tuple(self.edit_points), self.ephemeral_tail, self.rewrite_at)
         if self.memory.sent is not None:
             # Learn from the repaired request against what was sent, so the lesson does not depend on
             # whether the client's bytes needed repairs (planning twice gives the same plan).
-            self._learn(self.memory.sent, rep, diagnose(self.memory.sent, rep))
+            learned = self._learn(self.memory.sent, rep, diagnose(self.memory.sent, rep))
         planned, unmarked = rep, wire
         marks: tuple[str, ...] = ()
         reasons: tuple[str, ...] = ()
@@ -174,7 +189,7 @@ class SessionPipeline:
         if self.provider == "openai" and api != "anthropic.messages":
             orules = openai_rules(self.model or rep.model)
             if orules.breakpoints:
-                hints = PlanHints(self.ephemeral_tail, self.rewrite_at, "30m", self.settings.markers)
+                hints = PlanHints(learned.ephemeral_tail, learned.rewrite_at, "30m", self.settings.markers)
                 bp = plan_openai_breakpoints(rep, hints, orules.max_explicit_with_implicit)
                 planned = with_markers(rep, bp.markers)
                 marks = tuple(rep.blocks[i].path for i in bp.markers)
@@ -190,7 +205,7 @@ class SessionPipeline:
             if self.timed and now is not None and self.times:
                 gaps = [b - a for a, b in zip([*self.times, now], [*self.times, now][1:], strict=False)]
             ttl = choose_ttl(gaps, cached, rep.tokens - cached, rules, self.settings.ttl_policy)
-            hints = PlanHints(self.ephemeral_tail, self.rewrite_at, ttl.ttl, self.settings.markers)
+            hints = PlanHints(learned.ephemeral_tail, learned.rewrite_at, ttl.ttl, self.settings.markers)
             bp = plan_breakpoints(rep, self.memory.sent, rules, hints)
             planned = with_markers(rep, bp.markers, bp.top)
             marks = tuple(rep.blocks[i].path for i in bp.markers)
@@ -206,7 +221,7 @@ class SessionPipeline:
                 )
                 # A marker on a string turns it into a text block: re-read what is really sent.
                 planned = canonicalize(api, wire, cache=self.cache)
-        return Prepared(wire, client, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now)
+        return Prepared(wire, client, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now, learned)
 
     def keep_warm(self, expected_gap: float | None = None) -> KeepWarmDecision | None:
         """Whether keep-warm requests should bridge the next gap (Anthropic; None when there is
@@ -240,8 +255,16 @@ class SessionPipeline:
         """Record ``prepared`` as sent."""
         fresh = self.memory.sent is None
         self.memory.remember(prepared.planned, prepared.body)
-        if fresh:
-            self.scope.tools.setdefault(_tool_names(prepared.planned), self.memory)
+        if prepared.learned is not None:
+            self.edit_points = list(prepared.learned.edit_points)
+            self.ephemeral_tail, self.rewrite_at = prepared.learned.ephemeral_tail, prepared.learned.rewrite_at
+        names = _tool_names(prepared.planned)
+        if fresh and names not in self.scope.tools:
+            # The tool order and bytes only, not this session's live memory (its whole last request).
+            first = SessionMemory(tool_units=dict(self.memory.tool_units), tool_order=list(self.memory.tool_order))
+            self.scope.tools[names] = first
+            while len(self.scope.tools) > self.scope.max_tool_sets:
+                del self.scope.tools[next(iter(self.scope.tools))]
         self.last_original = prepared.original
         if prepared.at is None:
             self.timed = False

@@ -1,0 +1,304 @@
+"""Reported cache usage, normalised into one :class:`CacheUsage`, and its input-side cost.
+
+Every provider and engine reports prompt-cache reuse in its own fields; all are read into the same
+shape, in tokens (``prompt_tokens = cache_read_tokens + cache_write_tokens + uncached_tokens``):
+
+================  =========================================================================================
+source            fields read (wire names)
+================  =========================================================================================
+``anthropic``     ``usage.input_tokens`` (the uncached remainder), ``cache_creation_input_tokens``,
+                  ``cache_creation.ephemeral_5m_input_tokens`` / ``ephemeral_1h_input_tokens``,
+                  ``cache_read_input_tokens`` (Messages API "Prompt caching"; llama.cpp's ``/v1/messages``
+                  uses the same fields)
+``openai.chat``   ``usage.prompt_tokens`` (whole prompt), ``prompt_tokens_details.cached_tokens``,
+                  ``cache_write_tokens`` (top level or in ``prompt_tokens_details``, when present)
+``openai.responses``  ``usage.input_tokens`` (whole prompt), ``input_tokens_details.cached_tokens``
+``sglang``        ``meta_info.prompt_tokens`` / ``cached_tokens`` / ``cached_tokens_details``
+                  ``{device, host, storage}`` (``/generate``), or ``cached_tokens_details`` beside the
+                  OpenAI usage fields (``/v1`` with ``--enable-cache-report``)
+``llama.cpp``     ``timings.cache_n`` (reused) and ``timings.prompt_n`` (processed) of ``llama-server``
+``deepseek``      ``usage.prompt_cache_hit_tokens`` / ``prompt_cache_miss_tokens``
+================  =========================================================================================
+
+Inputs may be plain dicts or SDK response objects (read with ``model_dump()`` where present, so
+fields the SDK does not declare, such as llama.cpp's ``timings``, are kept). Reading is tolerant:
+a missing or ``null`` field counts as 0; a body with no recognisable usage gives None.
+
+Cost (:func:`cost_usd`) uses the price table of :mod:`agentcache._pricing`: Anthropic bills writes at
+1.25× (5m) or 2× (1h) and reads at 0.1× the base input price; OpenAI bills cached tokens at the model's
+cached price. An unknown model, or an engine, has no price: the cost is None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._pricing import anthropic_rules, openai_rules
+
+__all__ = ["CacheUsage", "UsageTotals", "as_dict", "cost_usd", "merge_anthropic_usage", "normalize_usage", "read_field"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheUsage:
+    """One request's prompt-cache usage, in tokens.
+
+    ``prompt_tokens``: the whole prompt. ``cache_read_tokens``: read from the cache.
+    ``cache_write_tokens``: written to the cache (Anthropic; OpenAI ``cache_write_tokens``), of which
+    ``cache_write_1h_tokens`` with a 1h TTL. ``uncached_tokens``: processed without the cache.
+    ``output_tokens``: generated tokens, None when not reported. ``tiers``: where the read tokens
+    lived, per engine tier (SGLang ``device``/``host``/``storage``), empty when not reported.
+    ``source``: the format read (see the module docstring).
+    """
+
+    prompt_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    uncached_tokens: int
+    source: str
+    cache_write_1h_tokens: int = 0
+    output_tokens: int | None = None
+    tiers: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def hit_rate(self) -> float:
+        """``cache_read_tokens / prompt_tokens`` (0 for an empty prompt)."""
+        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (``tiers`` only when reported)."""
+        out: dict[str, Any] = {
+            "source": self.source,
+            "prompt_tokens": self.prompt_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cache_write_1h_tokens": self.cache_write_1h_tokens,
+            "uncached_tokens": self.uncached_tokens,
+            "output_tokens": self.output_tokens,
+        }
+        if self.tiers:
+            out["tiers"] = dict(self.tiers)
+        return out
+
+
+def as_dict(obj: Any) -> dict[str, Any] | None:
+    """``obj`` as a dict: itself, or ``model_dump()`` of an SDK/pydantic object; else None."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        try:
+            value = dump()
+        except Exception:  # a foreign object with an incompatible model_dump: unreadable
+            return None
+        return dict(value) if isinstance(value, Mapping) else None
+    return None
+
+
+def _int(value: Any) -> int:
+    """A token count: ints (not bools) and integral floats; anything else counts as 0."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, float) and value.is_integer():
+        return max(int(value), 0)
+    return 0
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _sub(d: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return as_dict(d.get(key)) or {}
+
+
+def _tiers(details: Any) -> dict[str, int]:
+    d = as_dict(details) or {}
+    return {k: _int(v) for k, v in d.items() if v is not None and k in ("device", "host", "storage")}
+
+
+def _make(
+    prompt: int, read: int, write: int, source: str, *, w1h: int = 0, out: int | None = None, tiers: Any = None
+) -> CacheUsage:
+    prompt = max(prompt, read + write)
+    return CacheUsage(prompt, read, write, prompt - read - write, source, w1h, out, _tiers(tiers))
+
+
+def from_anthropic(usage: Mapping[str, Any]) -> CacheUsage:
+    """Anthropic Messages ``usage`` (``input_tokens`` is the uncached remainder)."""
+    read = _int(usage.get("cache_read_input_tokens"))
+    write = _int(usage.get("cache_creation_input_tokens"))
+    split = _sub(usage, "cache_creation")
+    w1h = _int(split.get("ephemeral_1h_input_tokens"))
+    write = max(write, _int(split.get("ephemeral_5m_input_tokens")) + w1h)
+    uncached = _int(usage.get("input_tokens"))
+    return _make(uncached + read + write, read, write, "anthropic", w1h=w1h, out=_opt_int(usage.get("output_tokens")))
+
+
+def from_openai_chat(usage: Mapping[str, Any], timings: Mapping[str, Any] | None = None) -> CacheUsage:
+    """Chat Completions ``usage``; DeepSeek's hit/miss fields, SGLang's ``cached_tokens_details``
+    and llama.cpp's ``timings`` (given separately: it sits beside ``usage``) are recognised."""
+    details = _sub(usage, "prompt_tokens_details")
+    out = _opt_int(usage.get("completion_tokens"))
+    if "prompt_cache_hit_tokens" in usage or "prompt_cache_miss_tokens" in usage:
+        hit, miss = _int(usage.get("prompt_cache_hit_tokens")), _int(usage.get("prompt_cache_miss_tokens"))
+        return _make(max(_int(usage.get("prompt_tokens")), hit + miss), hit, 0, "deepseek", out=out)
+    if timings and "cache_n" in timings:
+        read, processed = _int(timings.get("cache_n")), _int(timings.get("prompt_n"))
+        return _make(max(_int(usage.get("prompt_tokens")), read + processed), read, 0, "llama.cpp", out=out)
+    write = _int(usage.get("cache_write_tokens") or details.get("cache_write_tokens"))
+    tiers = usage.get("cached_tokens_details") or details.get("cached_tokens_details")
+    source = "sglang" if tiers is not None else "openai.chat"
+    read = _int(details.get("cached_tokens"))
+    return _make(_int(usage.get("prompt_tokens")), read, write, source, out=out, tiers=tiers)
+
+
+def from_openai_responses(usage: Mapping[str, Any]) -> CacheUsage:
+    """Responses API ``usage`` (``input_tokens`` is the whole prompt)."""
+    details = _sub(usage, "input_tokens_details")
+    write = _int(usage.get("cache_write_tokens") or details.get("cache_write_tokens"))
+    read = _int(details.get("cached_tokens"))
+    out = _opt_int(usage.get("output_tokens"))
+    return _make(_int(usage.get("input_tokens")), read, write, "openai.responses", out=out)
+
+
+def from_sglang_meta(meta: Mapping[str, Any]) -> CacheUsage:
+    """SGLang ``/generate`` ``meta_info``."""
+    out = _opt_int(meta.get("completion_tokens"))
+    tiers = meta.get("cached_tokens_details")
+    return _make(_int(meta.get("prompt_tokens")), _int(meta.get("cached_tokens")), 0, "sglang", out=out, tiers=tiers)
+
+
+def from_llama_timings(timings: Mapping[str, Any]) -> CacheUsage:
+    """llama.cpp ``timings`` alone (``cache_n`` reused + ``prompt_n`` processed)."""
+    read = _int(timings.get("cache_n"))
+    return _make(read + _int(timings.get("prompt_n")), read, 0, "llama.cpp", out=_opt_int(timings.get("predicted_n")))
+
+
+def _is_anthropic(u: Mapping[str, Any]) -> bool:
+    return any(k in u for k in ("cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")) or (
+        "input_tokens" in u and "total_tokens" not in u and "input_tokens_details" not in u
+    )
+
+
+def read_field(obj: Any, key: str) -> Any:
+    """``obj[key]`` for a mapping, else the attribute (SDK models expose undeclared fields too)."""
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    try:
+        return getattr(obj, key, None)
+    except Exception:  # a property that raises: treat as absent
+        return None
+
+
+def normalize_usage(data: Any, api: str | None = None) -> CacheUsage | None:
+    """Normalise a response body, or its ``usage`` alone, into a :class:`CacheUsage`.
+
+    ``data``: a dict or SDK object (a whole response, a ``usage`` object, an SGLang ``meta_info``,
+    or llama.cpp ``timings``). ``api``: ``anthropic.messages``, ``openai.chat`` or
+    ``openai.responses`` when known; it settles the one ambiguous shape (``input_tokens`` alone).
+    Returns None when no usage is present. Never raises on odd input.
+    """
+    if data is None:
+        return None
+    meta = as_dict(read_field(data, "meta_info"))
+    if meta is not None and "prompt_tokens" in meta:
+        return from_sglang_meta(meta)
+    timings = as_dict(read_field(data, "timings"))
+    usage = as_dict(read_field(data, "usage"))
+    if usage is None:
+        if timings is not None and "cache_n" in timings:
+            return from_llama_timings(timings)
+        top = as_dict(data)  # data is itself a usage object (or meta_info, or timings)
+        if top is None:
+            return None
+        if "prompt_tokens" in top and "cached_tokens" in top:
+            return from_sglang_meta(top)
+        if "cache_n" in top:
+            return from_llama_timings(top)
+        usage = top
+    anthropic = api == "anthropic.messages" or (api is None and _is_anthropic(usage))
+    if anthropic and ("input_tokens" in usage or "cache_read_input_tokens" in usage):
+        return from_anthropic(usage)
+    if "input_tokens" in usage and (api == "openai.responses" or "prompt_tokens" not in usage):
+        return from_openai_responses(usage)
+    if "prompt_tokens" in usage or "prompt_cache_hit_tokens" in usage:
+        return from_openai_chat(usage, timings)
+    return None
+
+
+def merge_anthropic_usage(base: Mapping[str, Any] | None, delta: Any) -> dict[str, Any]:
+    """Anthropic stream usage: ``message_start``'s ``usage`` updated with the non-null fields of a
+    ``message_delta``'s cumulative ``usage`` (as the SDK's own accumulator does)."""
+    out = dict(base or {})
+    for k, v in (as_dict(delta) or {}).items():
+        if v is not None:
+            out[k] = v
+    return out
+
+
+def cost_usd(usage: CacheUsage, provider: str | None, model: str | None) -> float | None:
+    """Input-side cost in USD of ``usage`` on ``provider`` (``anthropic`` or ``openai``) for ``model``;
+    None for an engine, another provider, or a model the price table does not know."""
+    if provider == "anthropic":
+        a = anthropic_rules(model)
+        if not a.known:
+            return None
+        w5 = usage.cache_write_tokens - usage.cache_write_1h_tokens
+        return a.cost(usage.uncached_tokens, usage.cache_read_tokens, w5, usage.cache_write_1h_tokens)
+    if provider == "openai":
+        o = openai_rules(model)
+        if not o.known:
+            return None
+        return o.cost(usage.uncached_tokens + usage.cache_write_tokens, usage.cache_read_tokens)
+    return None
+
+
+@dataclass(slots=True)
+class UsageTotals:
+    """Running totals over requests (a session's, or a lineage's). Tokens as in :class:`CacheUsage`;
+    ``cost_usd`` sums the requests whose cost is known, ``unpriced`` counts the others."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    uncached_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced: int = 0
+
+    def add(self, usage: CacheUsage, cost: float | None) -> None:
+        """Accumulate one request."""
+        self.requests += 1
+        self.prompt_tokens += usage.prompt_tokens
+        self.cache_read_tokens += usage.cache_read_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
+        self.uncached_tokens += usage.uncached_tokens
+        self.output_tokens += usage.output_tokens or 0
+        if cost is None:
+            self.unpriced += 1
+        else:
+            self.cost_usd += cost
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of prompt tokens read from the cache (0..1)."""
+        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "uncached_tokens": self.uncached_tokens,
+            "output_tokens": self.output_tokens,
+            "hit_rate": round(self.hit_rate, 6),
+            "cost_usd": round(self.cost_usd, 6),
+            "unpriced": self.unpriced,
+        }

@@ -1,0 +1,339 @@
+"""``agentcache.wrap(client, session=...)``: the two-line way in for agent loops.
+
+``wrap`` returns a thin proxy of an ``anthropic.Anthropic``/``AsyncAnthropic`` or ``openai.OpenAI``/
+``AsyncOpenAI`` client (Bedrock/Vertex/Azure variants included). It intercepts exactly:
+
+* Anthropic ``messages.create`` (``stream=True`` too) and the ``messages.stream(...)`` helper;
+* OpenAI ``chat.completions.create`` and ``responses.create`` (``stream=True`` too).
+
+For each call: the SDK keyword arguments *are* the wire body, minus the SDK-only ones (``extra_headers``,
+``extra_query``, ``extra_body``, ``timeout``, and helper/header arguments such as ``output_format``,
+``workspace_id``) which are kept aside. Pydantic objects in the body (e.g. an assistant turn's
+``response.content``) are dumped exactly as the SDK dumps them, and ``NOT_GIVEN``/``omit`` removed. The
+body goes through :meth:`Session.begin` (repairs, routing key, breakpoints, sink annotations); the real
+SDK method is called with the prepared fields (a field the SDK method does not declare goes in
+``extra_body``) plus the SDK-only arguments, and its own return value comes back untouched (a
+stream is the SDK's own object, tapped for usage: :mod:`agentcache._wrap_stream`). Success commits the
+turn and records usage and ``session.last_report``; an SDK exception records a retry (``attempt`` + 1,
+same generation) and is re-raised unchanged. The SDK's own retries (``max_retries``) happen inside one
+call and are not attempts.
+
+Passed through unchanged: other resources and methods (``with_raw_response``, ``with_streaming_response``,
+``beta``, ``parse``, ``count_tokens``...), positional arguments, unknown keyword arguments (the SDK
+raises its own ``TypeError``), values that are not JSON (files, bytes), and requests on a session closed
+explicitly. Fail open: if agentcache itself fails, the original method gets the original arguments and
+a warning is logged (exception type only; details at debug level).
+
+The provider whose cache rules apply is, unless given: ``anthropic`` for an Anthropic client on
+``*.anthropic.com`` (or Bedrock/Vertex), ``openai`` for an OpenAI client on ``api.openai.com`` or
+Azure, and ``engine`` (repairs only: no markers, no ``prompt_cache_key``) for any other base URL, such
+as llama.cpp, SGLang, vLLM or a proxy.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import date
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
+
+import structlog
+
+from ._exceptions import ConfigError
+from ._session import Session, SessionClosedError, Sessions
+from ._turn import Turn
+from ._usage import normalize_usage
+from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
+
+__all__ = ["WrappedClient", "default_sessions", "reset_default_sessions", "wrap"]
+
+C = TypeVar("C")
+log = structlog.get_logger("agentcache.wrap")
+
+#: SDK keyword arguments that are not wire body fields: kept aside and passed back unchanged.
+SDK_ONLY = frozenset(
+    {"extra_headers", "extra_query", "extra_body", "timeout", "output_format", "text_format", "betas"}
+    | {"user_profile_id", "workspace_id"}
+)
+_RAW_HEADER = "x-stainless-raw-response"
+_ANTHROPIC_HOSTS = ("anthropic.com", "amazonaws.com", "googleapis.com")
+_OPENAI_HOSTS = ("api.openai.com", "openai.azure.com")
+_MAX_DEPTH = 64
+
+
+class _Passthrough(Exception):
+    """The call is not one the wrapper understands: send it unchanged."""
+
+
+def _sdk_of(client: Any) -> str | None:
+    """``anthropic`` or ``openai`` from the client's class hierarchy, else None."""
+    for cls in type(client).__mro__:
+        root = cls.__module__.split(".")[0]
+        if root in ("anthropic", "openai"):
+            return root
+    return None
+
+
+def infer_provider(sdk: str, base_url: str | None) -> str:
+    """Provider rules for an ``sdk`` client talking to ``base_url`` (see the module docstring)."""
+    host = (urlsplit(str(base_url or "")).hostname or "").lower()
+    known = _ANTHROPIC_HOSTS if sdk == "anthropic" else _OPENAI_HOSTS
+    if not host or any(host == h or host.endswith("." + h) for h in known):
+        return sdk
+    return "engine"
+
+
+def _is_sentinel(value: Any) -> bool:
+    cls = type(value)
+    return cls.__name__ in ("NotGiven", "Omit") and cls.__module__.split(".")[0] in ("anthropic", "openai")
+
+
+def _wire(value: Any, depth: int = 0) -> Any:
+    """``value`` as the JSON value the SDK would send (models dumped as the SDK does); raises
+    _Passthrough for anything else (files, bytes, unknown objects)."""
+    if depth > _MAX_DEPTH:
+        raise _Passthrough("body nested too deep")
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): _wire(v, depth + 1) for k, v in value.items() if not _is_sentinel(v)}
+    if isinstance(value, list | tuple):
+        return [_wire(v, depth + 1) for v in value if not _is_sentinel(v)]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        exclude = getattr(value, "__api_exclude__", None)
+        return _wire(dump(exclude_unset=True, mode="json", by_alias=True, exclude=exclude), depth + 1)
+    if isinstance(value, date):
+        return value.isoformat()
+    raise _Passthrough(f"value of type {type(value).__name__} in the body")
+
+
+@functools.lru_cache(maxsize=256)
+def _params(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
+    """Keyword names ``fn`` declares, and whether it takes ``**kwargs``."""
+    sig = inspect.signature(fn)
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    return frozenset(n for n, p in sig.parameters.items() if p.kind is not p.VAR_KEYWORD), var_kw
+
+
+def _method_key(method: Any) -> Any:
+    return getattr(method, "__func__", method)
+
+
+def split_kwargs(method: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(wire body, SDK-only kwargs)`` of a call; raises _Passthrough when not understood."""
+    names, var_kw = _params(_method_key(method))
+    body: dict[str, Any] = {}
+    side: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key not in names and not var_kw:
+            raise _Passthrough(f"unknown keyword argument {key!r}")
+        if key in SDK_ONLY:
+            side[key] = value
+        elif not _is_sentinel(value):
+            body[key] = _wire(value)
+    headers = side.get("extra_headers")
+    if isinstance(headers, Mapping) and any(str(h).lower() == _RAW_HEADER for h in headers):
+        raise _Passthrough("raw response requested")
+    return body, side
+
+
+def send_kwargs(method: Any, body: Mapping[str, Any], side: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for the SDK method: declared body fields as themselves, the others merged
+    under ``extra_body`` (the caller's own ``extra_body`` wins), plus the SDK-only arguments."""
+    names, _ = _params(_method_key(method))
+    out = dict(side)
+    extra = {k: v for k, v in body.items() if k not in names or k in SDK_ONLY}
+    out.update((k, v) for k, v in body.items() if k not in extra)
+    if extra:
+        mine = side.get("extra_body")
+        out["extra_body"] = {**extra, **(mine if isinstance(mine, Mapping) else {})}
+    return out
+
+
+@dataclass(slots=True)
+class _Plan:
+    turn: Turn
+    kwargs: dict[str, Any]
+    stream: bool
+
+
+class WrappedClient:
+    """The proxy :func:`wrap` returns: the SDK client with ``messages``, ``chat.completions`` and
+    ``responses`` intercepted (see the module docstring); every other attribute is the client's.
+    ``agentcache_session`` is the session; ``agentcache_unwrap()`` the original client."""
+
+    def __init__(self, client: Any, session: Session, sdk: str, provider: str | None) -> None:
+        self._ac_client, self._ac_session, self._ac_sdk = client, session, sdk
+        base = getattr(client, "base_url", None)
+        self._ac_base_url = str(base) if base is not None else None
+        self._ac_provider = provider or infer_provider(sdk, self._ac_base_url)
+
+    @property
+    def agentcache_session(self) -> Session:
+        """The session every intercepted call belongs to."""
+        return self._ac_session
+
+    def agentcache_unwrap(self) -> Any:
+        """The original SDK client."""
+        return self._ac_client
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._ac_client, name)
+        if self._ac_sdk == "anthropic" and name == "messages":
+            return _Resource(attr, self, {"create": "anthropic.messages", "stream": "anthropic.messages"})
+        if self._ac_sdk == "openai" and name == "chat":
+            return _Resource(attr, self, {}, {"completions": {"create": "openai.chat"}})
+        if self._ac_sdk == "openai" and name == "responses":
+            return _Resource(attr, self, {"create": "openai.responses"})
+        if name in ("with_options", "copy"):
+            return lambda *a, **kw: WrappedClient(attr(*a, **kw), self._ac_session, self._ac_sdk, self._ac_provider)
+        return attr
+
+    def __enter__(self) -> WrappedClient:
+        self._ac_client.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._ac_client.__exit__(*exc)
+
+    async def __aenter__(self) -> WrappedClient:
+        await self._ac_client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._ac_client.__aexit__(*exc)
+
+    def __repr__(self) -> str:
+        return f"agentcache.wrap({self._ac_client!r}, session={self._ac_session.session_id!r})"
+
+    # ---- one intercepted call ---------------------------------------------------------------
+
+    def _plan(self, api: str, method: Any, kwargs: Mapping[str, Any]) -> _Plan | None:
+        """Prepare the call; None means send it unchanged (never raises)."""
+        try:
+            body, side = split_kwargs(method, kwargs)
+            turn = self._ac_session.begin(api, body, provider=self._ac_provider, base_url=self._ac_base_url)
+            return _Plan(turn, send_kwargs(method, turn.body, side), bool(body.get("stream")))
+        except _Passthrough as why:
+            log.debug("wrap.passthrough", api=api, reason=str(why))
+        except SessionClosedError:
+            log.warning("wrap.session_closed", api=api, session_id=self._ac_session.session_id)
+        except Exception as exc:  # fail open
+            log.warning("wrap.failed_open", stage="prepare", api=api, error=type(exc).__name__)
+            log.debug("wrap.failed_open_detail", api=api, detail=repr(exc), exc_info=True)
+        return None
+
+    def _finish(self, plan: _Plan, name: str, result: Any) -> Any:
+        """Complete the turn for an SDK ``result`` and return the result (never raises)."""
+        try:
+            if name == "stream":
+                return StreamManagerProxy(result, plan.turn)
+            if plan.stream:
+                return tap_stream(result, plan.turn)
+            plan.turn.succeed(normalize_usage(result, plan.turn.api))
+        except Exception as exc:  # fail open
+            log.warning("wrap.failed_open", stage="response", api=plan.turn.api, error=type(exc).__name__)
+        return result
+
+    def _intercept(self, method: Any, api: str, name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            plan = None if args else self._plan(api, method, kwargs)
+            if plan is None:
+                return method(*args, **kwargs)
+            try:
+                result = method(**plan.kwargs)
+            except Exception as exc:
+                plan.turn.fail(exc)
+                raise
+            if name != "stream" and inspect.isawaitable(result):  # an async method behind a sync decorator
+                return self._settle(plan, name, result)
+            return self._finish(plan, name, result)
+
+        if not is_async_callable(method):
+            return call
+
+        async def acall(*args: Any, **kwargs: Any) -> Any:
+            return await call(*args, **kwargs)
+
+        return acall
+
+    async def _settle(self, plan: _Plan, name: str, pending: Any) -> Any:
+        try:
+            result = await pending
+        except Exception as exc:
+            plan.turn.fail(exc)
+            raise
+        return self._finish(plan, name, result)
+
+
+class _Resource:
+    """A proxy of one SDK resource: ``methods`` (name → wire API) intercepted, ``subs`` (name → that
+    resource's methods) proxied one level down, every other attribute the resource's own."""
+
+    def __init__(
+        self,
+        target: Any,
+        owner: WrappedClient,
+        methods: Mapping[str, str],
+        subs: Mapping[str, Mapping[str, str]] | None = None,
+    ) -> None:
+        self._target, self._owner, self._methods, self._subs = target, owner, methods, subs or {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if name in self._subs:
+            return _Resource(attr, self._owner, self._subs[name])
+        api = self._methods.get(name)
+        if api is None or not callable(attr):
+            return attr
+        return self._owner._intercept(attr, api, name)
+
+    def __repr__(self) -> str:
+        return f"agentcache proxy of {self._target!r}"
+
+
+def wrap(
+    client: C,
+    session: Session | None = None,
+    *,
+    sessions: Sessions | None = None,
+    provider: str | None = None,
+) -> C:
+    """Wrap an Anthropic or OpenAI SDK client (sync or async) so its requests keep their cached prefix.
+
+    ``session``: the :class:`Session` the calls belong to; default a new session of ``sessions`` (or of
+    the process-wide manager, :func:`default_sessions`). ``provider``: ``anthropic``, ``openai`` or
+    ``engine`` to override the inference from the client's base URL. Returns a proxy that behaves as
+    ``client`` (typed as it; ``isinstance`` checks see the proxy class). Wrapping a wrapped client wraps
+    its original. Raises ConfigError for an object that is not an Anthropic or OpenAI client.
+    """
+    inner: Any = client.agentcache_unwrap() if isinstance(client, WrappedClient) else client
+    sdk = _sdk_of(inner)
+    if sdk is None:
+        raise ConfigError(f"cannot wrap {type(inner).__name__}: expected an anthropic or openai SDK client")
+    if session is None:
+        session = (sessions or default_sessions()).session()
+    return cast(C, WrappedClient(inner, session, sdk, provider))
+
+
+_default: Sessions | None = None
+
+
+def default_sessions() -> Sessions:
+    """The process-wide manager that ``wrap(client)`` without a session uses (created on first use)."""
+    global _default
+    if _default is None:
+        _default = Sessions()
+    return _default
+
+
+def reset_default_sessions() -> None:
+    """Close and forget the process-wide manager (tests)."""
+    global _default
+    old, _default = _default, None
+    if old is not None:
+        old.close_all()

@@ -1,0 +1,171 @@
+"""Streaming for :func:`agentcache.wrap`: read usage from events as they pass, never buffer.
+
+:func:`tap_stream` replaces the SDK stream's private ``_iterator`` (``Stream``/``AsyncStream`` of both
+SDKs, and Anthropic's ``MessageStream`` helper, have iterated through it since the 1.x releases) with
+a generator that hands each event to a :class:`UsageTap` and yields it unchanged; the stream object the
+caller holds is still the SDK's own. Usage comes from:
+
+* Anthropic: ``message_start.message.usage`` (input and cache tokens), then each ``message_delta.usage``
+  (cumulative; non-null fields win), as the SDK's accumulator does;
+* OpenAI Chat Completions: a chunk with ``usage`` (sent when the request sets
+  ``stream_options={"include_usage": true}``; llama.cpp adds ``timings`` beside it);
+* OpenAI Responses: ``response.completed`` (or ``response.incomplete``/``response.failed``) ``.response.usage``.
+
+The turn completes when the stream ends: normally or closed early by the consumer → :meth:`Turn.succeed`
+with the usage seen so far (an early close still sent the request; its prompt usage is known from the
+first event on Anthropic); an exception from the stream (connection cut, SDK error event) →
+:meth:`Turn.fail` and the exception propagates unchanged. A stream that is never iterated completes
+nothing. When the stream has no ``_iterator`` to tap, the turn succeeds at once without usage.
+
+:class:`StreamManagerProxy` stands in for Anthropic's ``messages.stream()`` manager, whose request is
+sent on ``__enter__``/``__aenter__``: an error there is a retry; the ``MessageStream`` it yields is the
+SDK's own, tapped.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import structlog
+
+from ._turn import Turn
+from ._usage import CacheUsage, as_dict, merge_anthropic_usage, normalize_usage, read_field
+
+__all__ = ["StreamManagerProxy", "UsageTap", "tap_stream"]
+
+log = structlog.get_logger("agentcache.wrap")
+
+_RESPONSES_DONE = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class UsageTap:
+    """Collects usage from the events of one stream of ``api``; :attr:`usage` is the latest known."""
+
+    __slots__ = ("_anthropic", "api", "usage")
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self.usage: CacheUsage | None = None
+        self._anthropic: dict[str, Any] | None = None
+
+    def observe(self, event: Any) -> None:
+        """Read one event (any SDK event object or dict); never raises."""
+        try:
+            kind = read_field(event, "type")
+            if self.api == "anthropic.messages":
+                if kind == "message_start":
+                    self._anthropic = merge_anthropic_usage(None, read_field(read_field(event, "message"), "usage"))
+                elif kind == "message_delta":
+                    self._anthropic = merge_anthropic_usage(self._anthropic, read_field(event, "usage"))
+                else:
+                    return
+                self.usage = normalize_usage({"usage": self._anthropic}, self.api)
+            elif self.api == "openai.responses":
+                if kind in _RESPONSES_DONE:
+                    self.usage = normalize_usage(read_field(event, "response"), self.api) or self.usage
+            elif read_field(event, "usage") is not None:
+                self.usage = normalize_usage(as_dict(event), self.api) or self.usage
+        except Exception as exc:  # fail open: a strange event never breaks the stream
+            log.debug("wrap.usage_unreadable", api=self.api, error=type(exc).__name__)
+
+
+def _complete(turn: Turn, tap: UsageTap, exc: BaseException | None) -> None:
+    try:
+        if exc is None:
+            turn.succeed(tap.usage)
+        elif isinstance(exc, Exception):
+            turn.fail(exc)
+        # other BaseExceptions (cancellation, interrupt): not a retry, and not committed
+    except Exception as err:  # fail open
+        log.warning("wrap.failed_open", stage="stream_end", error=type(err).__name__)
+
+
+def _tap_sync(inner: Iterator[Any], turn: Turn, tap: UsageTap) -> Iterator[Any]:
+    try:
+        for item in inner:
+            tap.observe(item)
+            yield item
+    except GeneratorExit:
+        _complete(turn, tap, None)
+        raise
+    except BaseException as exc:
+        _complete(turn, tap, exc)
+        raise
+    _complete(turn, tap, None)
+
+
+async def _tap_async(inner: AsyncIterator[Any], turn: Turn, tap: UsageTap) -> AsyncIterator[Any]:
+    try:
+        async for item in inner:
+            tap.observe(item)
+            yield item
+    except GeneratorExit:
+        _complete(turn, tap, None)
+        raise
+    except BaseException as exc:
+        _complete(turn, tap, exc)
+        raise
+    _complete(turn, tap, None)
+
+
+def tap_stream(stream: Any, turn: Turn) -> Any:
+    """Tap ``stream`` (an SDK ``Stream``/``AsyncStream``/``MessageStream``) for ``turn``'s usage and
+    return it (the same object). Never raises: when it cannot tap, the turn succeeds without usage."""
+    try:
+        inner: Any = getattr(stream, "_iterator", None)
+        tap = UsageTap(turn.api)
+        if hasattr(inner, "__anext__"):
+            stream._iterator = _tap_async(inner, turn, tap)
+            return stream
+        if hasattr(inner, "__next__"):
+            stream._iterator = _tap_sync(inner, turn, tap)
+            return stream
+        log.debug("wrap.stream_untapped", stream=type(stream).__name__)
+        turn.succeed(None)
+    except Exception as exc:  # fail open: the stream goes back as it came
+        log.warning("wrap.failed_open", stage="stream_tap", error=type(exc).__name__)
+    return stream
+
+
+class StreamManagerProxy:
+    """Anthropic's ``messages.stream(...)`` manager, sent with the prepared body: entering it sends the
+    request (an exception there is recorded as a retry and re-raised) and yields the SDK's own,
+    tapped ``MessageStream``. Everything else is the SDK manager's."""
+
+    def __init__(self, manager: Any, turn: Turn) -> None:
+        self._manager, self._turn = manager, turn
+
+    def __enter__(self) -> Any:
+        try:
+            stream = self._manager.__enter__()
+        except Exception as exc:
+            _complete(self._turn, UsageTap(self._turn.api), exc)
+            raise
+        return tap_stream(stream, self._turn)
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._manager.__exit__(*exc)
+
+    async def __aenter__(self) -> Any:
+        try:
+            stream = await self._manager.__aenter__()
+        except Exception as exc:
+            _complete(self._turn, UsageTap(self._turn.api), exc)
+            raise
+        return tap_stream(stream, self._turn)
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._manager.__aexit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._manager, name)
+
+
+def is_async_callable(fn: Any) -> bool:
+    """True when ``fn`` is a coroutine function, seen through decorators (``functools.wraps``)."""
+    try:
+        return inspect.iscoroutinefunction(inspect.unwrap(fn))
+    except ValueError:  # a __wrapped__ cycle
+        return False

@@ -1,0 +1,153 @@
+"""Proxy configuration: one frozen :class:`ProxyConfig`, from arguments, ``AGENTCACHE_PROXY_*`` environment
+variables and the ``[proxy]`` table of the TOML file given with ``--config`` (the same file's ``[agentcache]``
+table holds the pipeline :class:`~agentcache._config.Settings`).
+
+Precedence: explicit arguments > environment > file > the ``DEFAULT_*`` constants below.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .._exceptions import ConfigError
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "UPSTREAMS", "ProxyConfig", "is_loopback", "load_proxy_config"]
+
+#: Named upstreams and their origins.
+UPSTREAMS: dict[str, str] = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com"}
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+#: Largest request body the proxy reads for the three pipeline routes (413 above it).
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_CONNECT_TIMEOUT = 10.0
+#: Seconds between two bytes from the upstream (a long generation streams; a silent one times out).
+DEFAULT_READ_TIMEOUT = 600.0
+DEFAULT_WRITE_TIMEOUT = 60.0
+DEFAULT_POOL_TIMEOUT = 30.0
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_MAX_KEEPALIVE = 200
+#: Connection pools the upstream transport spreads requests over (see ``_transport.py``).
+DEFAULT_UPSTREAM_POOLS = 8
+#: A session with no request for this long is closed (reason ``idle``).
+DEFAULT_IDLE_TIMEOUT = 3600.0
+DEFAULT_SWEEP_INTERVAL = 30.0
+DEFAULT_MAX_SESSIONS = 10_000
+DEFAULT_MAX_TOMBSTONES = 50_000
+#: Memory budget of the live sessions' pipeline state in one process (estimated; LRU sessions are evicted).
+DEFAULT_MAX_STATE_MB = 256
+#: Message-boundary checkpoints of a session's last request kept in the prefix index.
+DEFAULT_INDEX_CHECKPOINTS = 64
+#: A match inside a session's history (not on its last request) must cover this many messages.
+DEFAULT_MIN_INNER_MATCH = 2
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (admin endpoints then need no token)."""
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class ProxyConfig(BaseSettings):
+    """Everything ``agentcache proxy`` needs; every field is also ``AGENTCACHE_PROXY_<NAME>``.
+
+    ``upstream``: ``anthropic``, ``openai`` or a base URL (a trailing ``/v1`` is dropped: paths are forwarded
+    as the client sent them). ``engine``: ``sglang`` adds ``session_id`` to forwarded bodies and posts
+    ``/close_session`` on close. ``redis_url``: share sessions between replicas (default: in memory).
+    ``admin_token``: required by ``/metrics`` and ``/agentcache/v1/report`` (always when set; when unset they
+    are served on loopback binds only). ``tenant_salt``: keys the hash of callers' API keys (tenants).
+    ``simulate``: run the provider simulators on live traffic for the ``as_sent``/``agentcache`` arms.
+    ``max_sessions``/``max_state_mb``: live sessions kept per process, by count and by estimated memory.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="AGENTCACHE_PROXY_", extra="ignore", frozen=True)
+
+    upstream: str = "anthropic"
+    engine: Literal["sglang", "llama", "none"] = "none"
+    host: str = DEFAULT_HOST
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
+    connect_timeout: float = Field(default=DEFAULT_CONNECT_TIMEOUT, gt=0)
+    read_timeout: float = Field(default=DEFAULT_READ_TIMEOUT, gt=0)
+    write_timeout: float = Field(default=DEFAULT_WRITE_TIMEOUT, gt=0)
+    pool_timeout: float = Field(default=DEFAULT_POOL_TIMEOUT, gt=0)
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, gt=0)
+    max_keepalive: int = Field(default=DEFAULT_MAX_KEEPALIVE, ge=0)
+    upstream_pools: int = Field(default=DEFAULT_UPSTREAM_POOLS, ge=1)
+    idle_timeout: float = Field(default=DEFAULT_IDLE_TIMEOUT, gt=0)
+    sweep_interval: float = Field(default=DEFAULT_SWEEP_INTERVAL, gt=0)
+    max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, gt=0)
+    max_state_mb: int = Field(default=DEFAULT_MAX_STATE_MB, gt=0)
+    max_tombstones: int = Field(default=DEFAULT_MAX_TOMBSTONES, gt=0)
+    index_checkpoints: int = Field(default=DEFAULT_INDEX_CHECKPOINTS, gt=0)
+    min_inner_match: int = Field(default=DEFAULT_MIN_INNER_MATCH, ge=1)
+    admin_token: str | None = None
+    redis_url: str | None = None
+    redis_prefix: str = "agentcache"
+    redis_timeout: float = Field(default=0.5, gt=0)
+    tenant_salt: str = "agentcache-tenant-v1"
+    simulate: bool = True
+    report_max_sessions: int = Field(default=10_000, gt=0)
+    report_max_records: int = Field(default=2_000, gt=0)
+
+    @field_validator("upstream")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        if value in UPSTREAMS:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"upstream must be one of {sorted(UPSTREAMS)} or an http(s) URL, got {value!r}")
+        return value.rstrip("/")
+
+    @property
+    def upstream_url(self) -> str:
+        """The upstream origin (plus any base path), without a trailing ``/`` or ``/v1``."""
+        url = UPSTREAMS.get(self.upstream, self.upstream)
+        return url[:-3] if url.endswith("/v1") else url
+
+    @property
+    def upstream_kind(self) -> str:
+        """``anthropic``, ``openai`` or ``url``."""
+        return self.upstream if self.upstream in UPSTREAMS else "url"
+
+    def provider_for(self, api: str) -> str:
+        """Provider rules for the pipeline: anthropic for an Anthropic upstream or ``/v1/messages``."""
+        return "anthropic" if self.upstream_kind == "anthropic" or api == "anthropic.messages" else "openai"
+
+    @property
+    def upstream_is_loopback(self) -> bool:
+        """True when the upstream host is a loopback address (then proxy env vars are ignored)."""
+        return is_loopback(urlsplit(self.upstream_url).hostname or "")
+
+
+def load_proxy_config(path: str | Path | None = None, **overrides: Any) -> ProxyConfig:
+    """Config from ``path``'s ``[proxy]`` table, the environment and ``overrides`` (None values are ignored).
+    Raises ConfigError for an unreadable file or an invalid value."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        table = raw.get("proxy", {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: [proxy] must be a table")
+        data = dict(table)
+    try:
+        env = ProxyConfig()
+        from_env = {k: v for k, v in env.model_dump().items() if k in env.model_fields_set}
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return ProxyConfig.model_validate({**data, **from_env, **given})
+    except ValueError as exc:
+        raise ConfigError(f"invalid proxy settings: {exc}") from None

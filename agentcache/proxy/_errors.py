@@ -1,0 +1,101 @@
+"""Errors the proxy itself answers, in the caller's API error format.
+
+The proxy answers only for failures that are its own to report: a body it cannot read (400), a body over the
+limit (413), an upstream it could not reach or that stopped answering before the response started (502 / 504),
+and admin-endpoint auth (401 / 403). Everything the upstream answers reaches the client verbatim.
+
+Formats (names as on the wire):
+
+* Anthropic: ``{"type": "error", "error": {"type": ..., "message": ...}}`` with the types of the Messages API
+  errors page (``invalid_request_error``, ``request_too_large``, ``api_error``, ``timeout_error``...);
+* OpenAI: ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import httpx
+from starlette.responses import Response
+
+__all__ = ["ANTHROPIC_TYPES", "Style", "api_for_path", "error_body", "error_response", "style_for", "upstream_failure"]
+
+Style = Literal["anthropic", "openai"]
+
+#: The wire API of each pipeline route.
+ROUTES: dict[str, str] = {
+    "/v1/messages": "anthropic.messages",
+    "/v1/chat/completions": "openai.chat",
+    "/v1/responses": "openai.responses",
+}
+
+#: Anthropic error ``type`` per status code.
+ANTHROPIC_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+#: OpenAI error ``type`` and ``code`` per status code.
+OPENAI_TYPES: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", None),
+    404: ("invalid_request_error", None),
+    413: ("invalid_request_error", "request_too_large"),
+    502: ("server_error", "bad_gateway"),
+    504: ("server_error", "timeout"),
+}
+
+
+def api_for_path(path: str) -> str | None:
+    """The wire API (``anthropic.messages``, ``openai.chat``, ``openai.responses``) of a pipeline route."""
+    return ROUTES.get(path.rstrip("/") or "/")
+
+
+def style_for(path: str, upstream_kind: str) -> Style:
+    """Error format for a request: by route, else Anthropic for ``/v1/messages*`` or an Anthropic upstream."""
+    api = api_for_path(path)
+    if api is not None:
+        return "anthropic" if api == "anthropic.messages" else "openai"
+    if path.startswith("/v1/messages") or upstream_kind == "anthropic":
+        return "anthropic"
+    return "openai"
+
+
+def error_body(style: Style, status: int, message: str) -> bytes:
+    """The JSON error document for ``status`` in ``style``."""
+    if style == "anthropic":
+        kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        doc: dict[str, object] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        kind, code = OPENAI_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+        doc = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+    return json.dumps(doc).encode()
+
+
+def error_response(style: Style, status: int, message: str) -> Response:
+    """A JSON error response; marked ``x-agentcache-error: 1`` so it is never mistaken for the upstream's."""
+    return Response(
+        error_body(style, status, message),
+        status_code=status,
+        media_type="application/json",
+        headers={"x-agentcache-error": "1"},
+    )
+
+
+def upstream_failure(exc: httpx.HTTPError) -> tuple[int, str, str]:
+    """``(status, message, kind)`` for an upstream failure before any response: 504 for a timeout, else 502;
+    ``kind`` is ``timeout``, ``connect`` or ``other`` (the metric label)."""
+    if isinstance(exc, httpx.TimeoutException):
+        return 504, f"upstream timed out ({type(exc).__name__})", "timeout"
+    kind = "connect" if isinstance(exc, httpx.ConnectError) else "other"
+    return 502, f"upstream unavailable ({type(exc).__name__})", kind

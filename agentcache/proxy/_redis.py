@@ -1,0 +1,366 @@
+"""The Redis session store: several proxy replicas behind one load balancer share sessions, generations and
+the prefix index (``redis.asyncio``; one Redis server or a primary with replicas, not Redis Cluster).
+
+Layout (``P`` is ``redis_prefix``, ``T`` the tenant hash)::
+
+    P:T:s:<sid>   hash   gen, closed, reason, ver, turns, seen, lineage, parent, provider, idx, state
+    P:T:idx       hash   checkpoint hex -> "<1 head | 0 inner>|<sid>"
+    P:live        zset   "T<TAB>sid" scored by the last time any replica saw the session
+
+Every update is one Lua script, so it is atomic across replicas: ``open`` creates generation 0 or, for a
+closed id, the next generation; ``commit`` applies only when the session is still open in the generation the
+request was prepared in (a late response for a closed or newer generation changes nothing), bumps ``ver`` and
+moves the session's index entries; ``close`` ends a generation once (later closes are no-ops). ``state`` is the
+pipeline's memory (the last request sent and the client's original, compressed, plus timing and learned
+hints): a replica whose local copy is at another ``ver`` rebuilds the pipeline from it. A closed session keeps
+a tombstone (its generation) for ``tombstone_ttl`` seconds; open sessions expire after ``session_ttl``.
+
+Fail open: a Redis error raises :class:`~agentcache.proxy._store.StoreUnavailable` (the proxy forwards the
+request unchanged, logs and counts it) and for the next ``retry_after`` seconds calls fail fast instead of
+waiting on a dead server again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import structlog
+
+from .._pipeline import Prepared, SessionPipeline
+from .._turn import learning, restore
+from ..adapters import canonicalize
+from ._config import ProxyConfig
+from ._sessions import LiveSession, PipelineFactory, index_entries, match_checkpoints
+from ._store import OpenResult, StoreUnavailable
+
+__all__ = ["RedisStore"]
+
+log = structlog.get_logger("agentcache.proxy")
+T = TypeVar("T")
+
+_DROP_IDX = """
+local function drop_idx(skey, idx, sid)
+  local old = redis.call('HGET', skey, 'idx')
+  if old and old ~= '' then
+    for f in string.gmatch(old, '[^,]+') do
+      local v = redis.call('HGET', idx, f)
+      if v and string.sub(v, 3) == sid then redis.call('HDEL', idx, f) end
+    end
+  end
+end
+"""
+
+# KEYS: session, live, parent session | ARGV: now, parent, provider, explicit, local ver, sid, member, ttl
+_OPEN = """
+local s = redis.call('HMGET', KEYS[1], 'gen', 'closed', 'reason')
+local reason = ''
+if (not s[1]) or s[2] == '1' then
+  local gen = 0
+  reason = 'new'
+  if s[1] then
+    gen = tonumber(s[1]) + 1
+    if s[3] == 'idle' or s[3] == 'evicted' then reason = 'resumed' else reason = 'restart' end
+    redis.call('DEL', KEYS[1])
+  end
+  local lineage = ARGV[6]
+  if ARGV[2] ~= '' then lineage = redis.call('HGET', KEYS[3], 'lineage') or ARGV[2] end
+  redis.call('HSET', KEYS[1], 'gen', gen, 'closed', 0, 'ver', 0, 'turns', 0, 'lineage', lineage,
+             'parent', ARGV[2], 'provider', ARGV[3], 'explicit', ARGV[4], 'idx', '')
+end
+redis.call('HSET', KEYS[1], 'seen', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[8])
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[7])
+local r = redis.call('HMGET', KEYS[1], 'gen', 'ver', 'lineage', 'parent', 'turns')
+local state = ''
+if r[2] ~= ARGV[5] then state = redis.call('HGET', KEYS[1], 'state') or '' end
+return {reason, r[1], r[2], r[3], r[4], r[5], state}
+"""
+
+# KEYS: session, idx, live | ARGV: gen, now, state, entries "hex:h,...", sid, member, ttl
+_COMMIT = (
+    _DROP_IDX
+    + """
+local s = redis.call('HMGET', KEYS[1], 'gen', 'closed')
+if (not s[1]) or tonumber(s[1]) ~= tonumber(ARGV[1]) or s[2] == '1' then return -1 end
+drop_idx(KEYS[1], KEYS[2], ARGV[5])
+local fields = {}
+for h, head in string.gmatch(ARGV[4], '([^:,]+):(%d)') do
+  redis.call('HSET', KEYS[2], h, head .. '|' .. ARGV[5])
+  table.insert(fields, h)
+end
+if #fields > 0 then redis.call('EXPIRE', KEYS[2], ARGV[7]) end
+local ver = redis.call('HINCRBY', KEYS[1], 'ver', 1)
+redis.call('HINCRBY', KEYS[1], 'turns', 1)
+redis.call('HSET', KEYS[1], 'state', ARGV[3], 'idx', table.concat(fields, ','), 'seen', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[6])
+return ver
+"""
+)
+
+# KEYS: session, idx, live | ARGV: reason, member, sid, tombstone ttl, idle cutoff ('' for none)
+_CLOSE = (
+    _DROP_IDX
+    + """
+local s = redis.call('HMGET', KEYS[1], 'gen', 'closed', 'lineage', 'parent', 'turns', 'seen', 'provider')
+if not s[1] then redis.call('ZREM', KEYS[3], ARGV[2]) return false end
+if s[2] == '1' then return false end
+if ARGV[5] ~= '' and tonumber(s[6] or '0') > tonumber(ARGV[5]) then return false end
+drop_idx(KEYS[1], KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'closed', 1, 'reason', ARGV[1], 'idx', '')
+redis.call('HDEL', KEYS[1], 'state')
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('ZREM', KEYS[3], ARGV[2])
+return {s[1], s[3], s[4], s[5], s[7]}
+"""
+)
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisStore:
+    """A :class:`~agentcache.proxy._store.SessionStore` in Redis (see the module docstring). ``client``: a
+    ``redis.asyncio.Redis``; ``factory`` builds pipelines. Local copies of sessions are kept for at most
+    ``max_sessions`` sessions and ``max_bytes`` of estimated state (the shared state is authoritative)."""
+
+    def __init__(
+        self,
+        client: Any,
+        factory: PipelineFactory,
+        *,
+        prefix: str = "agentcache",
+        max_sessions: int = 10_000,
+        max_bytes: int = 256 * 1024 * 1024,
+        index_checkpoints: int = 64,
+        min_inner_match: int = 2,
+        session_ttl: float = 24 * 3600.0,
+        tombstone_ttl: float = 24 * 3600.0,
+        retry_after: float = 2.0,
+    ) -> None:
+        self.redis = client
+        self.factory = factory
+        self.prefix = prefix
+        self.max_sessions = max_sessions
+        self.max_bytes = max_bytes
+        self._bytes = 0
+        self.index_checkpoints = index_checkpoints
+        self.min_inner_match = min_inner_match
+        self.session_ttl = int(session_ttl)
+        self.tombstone_ttl = int(tombstone_ttl)
+        self.retry_after = retry_after
+        self._down_until = 0.0
+        self._local: OrderedDict[tuple[str, str], LiveSession] = OrderedDict()
+        self._open = client.register_script(_OPEN)
+        self._commit = client.register_script(_COMMIT)
+        self._close = client.register_script(_CLOSE)
+
+    @classmethod
+    def from_url(cls, url: str, factory: PipelineFactory, config: ProxyConfig) -> RedisStore:
+        """A store on the Redis at ``url`` with the limits of ``config``."""
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(
+            url, socket_timeout=config.redis_timeout, socket_connect_timeout=config.redis_timeout
+        )
+        return cls(
+            client,
+            factory,
+            prefix=config.redis_prefix,
+            max_sessions=config.max_sessions,
+            max_bytes=config.max_state_mb * 1024 * 1024,
+            index_checkpoints=config.index_checkpoints,
+            min_inner_match=config.min_inner_match,
+            session_ttl=max(config.idle_timeout * 4, 3600.0),
+        )
+
+    # ---- keys and the breaker ----------------------------------------------------------------------
+
+    def _skey(self, tenant: str, sid: str) -> str:
+        return f"{self.prefix}:{tenant}:s:{sid}"
+
+    def _idx(self, tenant: str) -> str:
+        return f"{self.prefix}:{tenant}:idx"
+
+    @property
+    def _live(self) -> str:
+        return f"{self.prefix}:live"
+
+    async def _call(self, op: str, call: Callable[[], Awaitable[T]]) -> T:
+        if time.monotonic() < self._down_until:
+            raise StoreUnavailable(f"redis marked down ({op})")
+        try:
+            return await call()
+        except Exception as exc:
+            self._down_until = time.monotonic() + self.retry_after
+            log.warning("store.unavailable", store="redis", op=op, error=type(exc).__name__, detail=str(exc)[:200])
+            raise StoreUnavailable(f"redis {op}: {type(exc).__name__}") from exc
+
+    # ---- the SessionStore interface ------------------------------------------------------------------
+
+    async def find(self, tenant: str, checkpoints: Sequence[bytes]) -> str | None:
+        """See :meth:`SessionStore.find` (one ``HMGET`` of every checkpoint)."""
+        if not checkpoints:
+            return None
+        fields = [h.hex() for h in checkpoints]
+        values = await self._call("find", lambda: self.redis.hmget(self._idx(tenant), fields))
+        hits: dict[bytes, tuple[str, bool]] = {}
+        for h, v in zip(checkpoints, values, strict=True):
+            if v is not None:
+                text = _s(v)
+                hits[h] = (text[2:], text[:1] == "1")
+        return match_checkpoints(checkpoints, hits.get, self.min_inner_match)
+
+    async def open(
+        self, tenant: str, sid: str, *, parent: str | None, provider: str, explicit: bool, now: float
+    ) -> OpenResult:
+        """See :meth:`SessionStore.open`; rebuilds the local pipeline when another replica moved it on."""
+        key = (tenant, sid)
+        local = self._local.get(key)
+        keys = [self._skey(tenant, sid), self._live, self._skey(tenant, parent or sid)]
+        args = [now, parent or "", provider, int(explicit), local.version if local else -1, sid, f"{tenant}\t{sid}"]
+        args.append(self.session_ttl)
+        raw = await self._call("open", lambda: self._open(keys=keys, args=args))
+        reason, gen, ver, lineage, parent_s, turns, state = (_s(x) if i < 6 else x for i, x in enumerate(raw))
+        gen_i, ver_i = int(gen), int(ver)
+        if local is not None and local.generation == gen_i and local.version == ver_i and not local.closed:
+            self._local.move_to_end(key)
+            local.last_seen = now
+            return OpenResult(local)
+        sess = LiveSession(
+            tenant,
+            sid,
+            gen_i,
+            str(lineage),
+            str(parent_s) or None,
+            provider,
+            self._rebuild(tenant, provider, sid, str(lineage), state),
+            explicit,
+            turns=int(turns),
+            version=ver_i,
+            last_seen=now,
+        )
+        if local is not None and local.generation == gen_i:
+            sess.attempts = local.attempts
+        old = self._local.pop(key, None)
+        if old is not None:
+            self._bytes -= old.size
+        self._local[key] = sess
+        self._trim()
+        return OpenResult(sess, str(reason) or None)
+
+    def _rebuild(self, tenant: str, provider: str, sid: str, lineage: str, state: Any) -> SessionPipeline:
+        pipe = self.factory(tenant, provider, sid, lineage)
+        if not state:
+            return pipe
+        doc = json.loads(zlib.decompress(state))
+        api, sent, orig = doc["api"], doc["sent"], doc["orig"]
+        sent_c = canonicalize(api, sent)
+        pipe.memory.remember(sent_c, sent)
+        pipe.memory.cache_key = doc.get("cache_key") or pipe.memory.cache_key
+        pipe.last_original = sent_c if orig is None else canonicalize(api, orig)
+        pipe.times, pipe.timed = list(doc["times"]), bool(doc["timed"])
+        edits, tail, rewrite = doc["learn"]
+        restore(pipe, (list(edits), int(tail), rewrite))
+        pipe.routing_key = doc.get("routing_key")
+        return pipe
+
+    async def commit(
+        self,
+        session: LiveSession,
+        prepared: Prepared,
+        client_body: dict[str, Any],
+        checkpoints: Sequence[bytes],
+        size: int = 0,
+    ) -> bool:
+        """See :meth:`SessionStore.commit`."""
+        pipe = session.pipe
+        times = [*pipe.times[-31:], prepared.at] if prepared.at is not None else pipe.times
+        doc = {
+            "api": prepared.original.api,
+            "sent": prepared.body,
+            "orig": None if client_body is prepared.body else client_body,
+            "times": times,
+            "timed": pipe.timed and prepared.at is not None,
+            "learn": list(learning(pipe)),
+            "routing_key": pipe.routing_key,
+            "cache_key": pipe.memory.cache_key or prepared.planned.cache_key,
+        }
+        state = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
+        entries = ",".join(f"{h.hex()}:{int(head)}" for h, head in index_entries(checkpoints, self.index_checkpoints))
+        keys = [self._skey(session.tenant, session.sid), self._idx(session.tenant), self._live]
+        now = prepared.at if prepared.at is not None else time.time()
+        args = [session.generation, now, state, entries, session.sid, f"{session.tenant}\t{session.sid}"]
+        args.append(self.session_ttl)
+        ver = int(await self._call("commit", lambda: self._commit(keys=keys, args=args)))
+        if ver < 0:
+            return False
+        pipe.commit(prepared)
+        session.version, session.turns = ver, session.turns + 1
+        session.last_seen = max(session.last_seen, now)
+        if self._local.get((session.tenant, session.sid)) is session:
+            self._bytes += size - session.size
+        session.size = size
+        self._trim()
+        return True
+
+    def _trim(self) -> None:
+        """Drop the least recently used local copies beyond the count and byte limits (the sessions live on
+        in Redis; a later request rebuilds its copy)."""
+        while len(self._local) > 1 and (len(self._local) > self.max_sessions or self._bytes > self.max_bytes):
+            _, old = self._local.popitem(last=False)
+            self._bytes -= old.size
+
+    async def close(self, tenant: str, sid: str, now: float, reason: str) -> LiveSession | None:
+        """See :meth:`SessionStore.close`."""
+        return await self._close_one(tenant, sid, reason, "")
+
+    async def _close_one(self, tenant: str, sid: str, reason: str, cutoff: str) -> LiveSession | None:
+        keys = [self._skey(tenant, sid), self._idx(tenant), self._live]
+        args = [reason, f"{tenant}\t{sid}", sid, self.tombstone_ttl, cutoff]
+        raw = await self._call("close", lambda: self._close(keys=keys, args=args))
+        local = self._local.pop((tenant, sid), None)
+        if local is not None:
+            self._bytes -= local.size
+        if not raw:
+            return None
+        gen, lineage, parent, turns, provider = (_s(x) for x in raw)
+        if local is not None and local.generation == int(gen):
+            local.closed = True
+            local.turns = int(turns)
+            return local
+        pipe = self.factory(tenant, provider, sid, lineage)
+        sess = LiveSession(tenant, sid, int(gen), lineage, parent or None, provider, pipe, turns=int(turns))
+        sess.closed = True
+        return sess
+
+    async def sweep(self, now: float, idle: float) -> list[LiveSession]:
+        """See :meth:`SessionStore.sweep` (at most 500 sessions per call; each closed by one replica only)."""
+        cutoff = now - idle
+        members = await self._call(
+            "sweep", lambda: self.redis.zrangebyscore(self._live, "-inf", cutoff, start=0, num=500)
+        )
+        out: list[LiveSession] = []
+        for m in members:
+            tenant, _, sid = _s(m).partition("\t")
+            sess = await self._close_one(tenant, sid, "idle", repr(cutoff))
+            if sess is not None:
+                out.append(sess)
+        return out
+
+    def live(self) -> int:
+        """Sessions this replica holds a local copy of."""
+        return len(self._local)
+
+    async def aclose(self) -> None:
+        """Close the Redis connection pool."""
+        try:
+            await self.redis.aclose()
+        except Exception as exc:  # closing a dead connection must not fail shutdown
+            log.warning("store.close_failed", store="redis", error=type(exc).__name__)

@@ -1,0 +1,40 @@
+"""Run the proxy under uvicorn (``agentcache proxy``)."""
+
+from __future__ import annotations
+
+import structlog
+
+from .._config import Settings
+from ._app import create_app
+from ._config import ProxyConfig, is_loopback
+
+__all__ = ["serve"]
+
+log = structlog.get_logger("agentcache.proxy")
+
+
+def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
+    """Serve the proxy on ``config.host:config.port`` until interrupted (uvicorn; its access log is off:
+    the proxy writes one structured line per request itself)."""
+    import uvicorn
+
+    if not is_loopback(config.host) and not config.admin_token:
+        log.warning("proxy.admin_disabled", host=config.host, reason="bound beyond loopback without an admin token")
+    app = create_app(config, settings=settings)
+    log.info(
+        "proxy.start",
+        host=config.host,
+        port=config.port,
+        upstream=config.upstream_url,
+        engine=config.engine,
+        store="redis" if config.redis_url else "memory",
+    )
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )

@@ -1,0 +1,187 @@
+"""Send one replayed request, streaming, and measure it: time to first token, and the prompt / cached tokens the
+server reported (read with :func:`agentcache._usage.normalize_usage`).
+
+Streams read (server-sent events, ``data:`` lines):
+
+* OpenAI Chat (``/v1/chat/completions`` with ``stream_options.include_usage``): the first chunk whose delta
+  carries content, reasoning or a tool call is the first token; the chunk with ``usage`` (and llama.cpp's
+  ``timings``) gives the usage.
+* Anthropic Messages (``/v1/messages``): the first ``content_block_delta`` (or a ``tool_use`` block start) is
+  the first token; ``message_start``'s usage updated by ``message_delta``'s gives the usage.
+* SGLang ``/generate``: the first chunk with output is the first token; the last chunk's ``meta_info`` gives
+  ``prompt_tokens`` / ``cached_tokens`` (and ``cached_tokens_details``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from .._usage import merge_anthropic_usage, normalize_usage
+
+__all__ = ["PATHS", "TurnResult", "send_turn"]
+
+#: Target wire format → path on the endpoint.
+PATHS: dict[str, str] = {
+    "openai.chat": "/v1/chat/completions",
+    "anthropic.messages": "/v1/messages",
+    "sglang.generate": "/generate",
+}
+_ERROR_CHARS = 300
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """One replayed request. ``turn``: its 0-based index in the session. ``ok``: a 2xx response that streamed
+    to the end. ``prompt_tokens``/``cached_tokens``/``output_tokens``: as the server reported them (None when
+    it reported none). ``ttft_s``: seconds from sending to the first generated token (None on error).
+    ``duration_s``: to the end of the stream. ``started_s``: when it was sent, from the start of the replay.
+    ``tiers``: SGLang ``cached_tokens_details`` when reported. ``slot``: the llama.cpp slot it was pinned to."""
+
+    session: str
+    turn: int
+    ok: bool = False
+    status: int | None = None
+    error: str | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    output_tokens: int | None = None
+    ttft_s: float | None = None
+    duration_s: float = 0.0
+    started_s: float = 0.0
+    tiers: dict[str, int] = field(default_factory=dict)
+    slot: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+
+def _first_token(target: str, event: dict[str, Any]) -> bool:
+    """Whether ``event`` carries generated output."""
+    if target == "anthropic.messages":
+        if event.get("type") == "content_block_delta":
+            return True
+        return (
+            event.get("type") == "content_block_start" and (event.get("content_block") or {}).get("type") == "tool_use"
+        )
+    if target == "sglang.generate":
+        return bool(event.get("text") or event.get("output_ids"))
+    for choice in event.get("choices") or []:
+        delta = choice.get("delta") or {}
+        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+            return True
+    return False
+
+
+class _UsageReader:
+    """Accumulates the usage events of one stream."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.anthropic: dict[str, Any] | None = None
+        self.last: Any = None
+
+    def feed(self, event: dict[str, Any]) -> None:
+        if self.target == "anthropic.messages":
+            if event.get("type") == "message_start":
+                self.anthropic = merge_anthropic_usage(None, (event.get("message") or {}).get("usage"))
+            elif event.get("type") == "message_delta" and event.get("usage"):
+                self.anthropic = merge_anthropic_usage(self.anthropic, event["usage"])
+        elif self.target == "sglang.generate":
+            if event.get("meta_info"):
+                self.last = {"meta_info": event["meta_info"]}
+        elif event.get("usage"):
+            self.last = {"usage": event["usage"], **({"timings": event["timings"]} if event.get("timings") else {})}
+
+    def apply(self, result: TurnResult) -> None:
+        data = {"usage": self.anthropic} if self.anthropic is not None else self.last
+        api = "anthropic.messages" if self.target == "anthropic.messages" else "openai.chat"
+        usage = normalize_usage(data, api) if data is not None else None
+        if usage is None:
+            return
+        result.prompt_tokens = usage.prompt_tokens
+        result.cached_tokens = usage.cache_read_tokens
+        result.output_tokens = usage.output_tokens
+        result.tiers = dict(usage.tiers)
+
+
+async def _stream(
+    client: httpx.AsyncClient,
+    target: str,
+    body: dict[str, Any],
+    result: TurnResult,
+    reader: _UsageReader,
+    start: float,
+    headers: dict[str, str] | None,
+) -> bool:
+    """One attempt: stream the response into ``result`` / ``reader``; False when it ended in an error."""
+    async with client.stream("POST", PATHS[target], json=body, headers=headers) as response:
+        result.status = response.status_code
+        if response.status_code >= 400:
+            text = (await response.aread()).decode("utf-8", "replace")
+            result.error = f"HTTP {response.status_code}: {' '.join(text.split())[:_ERROR_CHARS]}"
+            return False
+        async for line in response.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if not data or data == "[DONE]":
+                continue
+            try:
+                event = json.loads(data)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(event, dict):
+                continue
+            if event.get("type") == "error" or (target != "anthropic.messages" and "error" in event):
+                result.error = f"stream error: {json.dumps(event.get('error', event))[:_ERROR_CHARS]}"
+                return False
+            if result.ttft_s is None and _first_token(target, event):
+                result.ttft_s = time.perf_counter() - start
+            reader.feed(event)
+    return True
+
+
+async def send_turn(
+    client: httpx.AsyncClient,
+    target: str,
+    body: dict[str, Any],
+    result: TurnResult,
+    *,
+    headers: dict[str, str] | None = None,
+    clock_zero: float = 0.0,
+) -> TurnResult:
+    """POST ``body`` (already in format ``target``, with streaming on) and fill ``result`` in place.
+
+    Never raises for HTTP or network failures: they become ``result.error``. A connection the server closed
+    before answering (a stale keep-alive) is retried once.
+    """
+    start = time.perf_counter()
+    result.started_s = start - clock_zero
+    for attempt in range(2):
+        reader = _UsageReader(target)
+        try:
+            if not await _stream(client, target, body, result, reader, start, headers):
+                return result
+            break
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            # A pooled keep-alive connection the server had just closed: nothing was sent back, send once more.
+            if attempt == 0 and result.status is None:
+                continue
+            result.error = f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
+            return result
+        except httpx.HTTPError as exc:
+            result.error = f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS]
+            return result
+        finally:
+            result.duration_s = time.perf_counter() - start
+    if result.ttft_s is None:  # nothing generated (e.g. max_tokens reached at once): the end of the stream
+        result.ttft_s = result.duration_s
+    reader.apply(result)
+    result.ok = True
+    return result

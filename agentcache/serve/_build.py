@@ -1,0 +1,134 @@
+"""Assemble the :class:`~._plan.ServePlan` for ``agentcache serve``: engines, router, Mooncake master, proxy.
+
+Stages: 0 ``mooncake-master`` (only for ``--l3 mooncake`` without a master address); 1 the engines
+(``engine-0`` … ``engine-N-1``); 2 the ``router`` (``--workers`` > 1); 3 the ``proxy``. A stage starts once every
+process of the stages before it is ready.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from ._llamacpp import llama_server_argv
+from ._plan import DEFAULT_MOONCAKE_PORT, LOOPBACK, ProcessSpec, ReadyCheck, ServeOptions, ServePlan
+from ._sglang import engine_argv, engine_env, mooncake_master_argv, router_argv
+
+__all__ = ["Toolchain", "build_plan", "proxy_argv"]
+
+
+@dataclass(frozen=True, slots=True)
+class Toolchain:
+    """What was found on this machine (see :func:`._preflight.probe_toolchain`); the defaults describe a
+    machine with everything installed, which is what ``--dry-run`` assumes for anything missing.
+
+    ``router``: ``smg`` or ``sglang_router``. ``mooncake_master``: the binary. ``llama_server``: the binary
+    (None: found by :func:`._llamacpp.llama_server_binary`). ``proxy``: ``agentcache.proxy`` is importable.
+    ``python``: the interpreter that runs the agentcache proxy (ours).
+    """
+
+    router: str = "smg"
+    mooncake_master: str = "mooncake_master"
+    llama_server: str | None = None
+    proxy: bool = True
+    python: str = sys.executable
+
+
+def proxy_argv(python: str, upstream: str, engine: str, host: str, port: int) -> list[str]:
+    """``agentcache proxy`` in front of ``upstream``: ``engine`` ``sglang`` makes it add ``session_id`` to every
+    forwarded body and post ``/close_session`` when a session closes; ``llama`` tells it the upstream is
+    llama.cpp (reuse read from ``timings``)."""
+    return [python, "-m", "agentcache", "proxy", "--upstream", upstream, "--engine", engine, "--host", host,
+            "--port", str(port)]  # fmt: skip
+
+
+def build_plan(options: ServeOptions, tools: Toolchain | None = None) -> ServePlan:
+    """The processes for ``options`` on a machine described by ``tools``. Raises ConfigError for impossible
+    options (see :meth:`ServeOptions.validate`)."""
+    options.validate()
+    tools = tools or Toolchain()
+    engine = options.resolved_engine
+    processes: list[ProcessSpec] = []
+    notes: list[str] = []
+    engine_ports = [options.port + 1 + i for i in range(options.workers)]
+
+    master: str | None = None
+    if engine == "sglang" and options.prefix_cache and options.l3 is not None and options.l3.kind == "mooncake":
+        master = options.l3.master
+        if master is None:
+            master = f"{LOOPBACK}:{DEFAULT_MOONCAKE_PORT}"
+            processes.append(
+                ProcessSpec(
+                    "mooncake-master",
+                    "store",
+                    tuple(mooncake_master_argv(DEFAULT_MOONCAKE_PORT, tools.mooncake_master)),
+                    ready=ReadyCheck("tcp", LOOPBACK, DEFAULT_MOONCAKE_PORT),
+                    stage=0,
+                )
+            )
+
+    for i, port in enumerate(engine_ports):
+        if engine == "sglang":
+            argv = engine_argv(options, i, port, master)
+            env = engine_env(options)
+        else:
+            argv = llama_server_argv(options, port, tools.llama_server)
+            env = {}
+        processes.append(
+            ProcessSpec(f"engine-{i}", "engine", tuple(argv), env, ReadyCheck("http", LOOPBACK, port), stage=1)
+        )
+
+    upstream_port = engine_ports[0]
+    if options.workers > 1:
+        upstream_port = options.port + 1 + options.workers
+        urls = [f"http://{LOOPBACK}:{p}" for p in engine_ports]
+        processes.append(
+            ProcessSpec(
+                "router",
+                "router",
+                tuple(router_argv(tools.router, options.python, urls, upstream_port)),
+                ready=ReadyCheck("http", LOOPBACK, upstream_port),
+                stage=2,
+            )
+        )
+    engine_url = f"http://{LOOPBACK}:{upstream_port}"
+
+    if options.proxy and tools.proxy:
+        kind = (
+            "llama" if engine == "llama.cpp" else "sglang" if options.session_cache and options.prefix_cache else "none"
+        )
+        argv = proxy_argv(tools.python, engine_url, kind, options.host, options.port)
+        processes.append(
+            ProcessSpec(
+                "proxy", "proxy", tuple(argv), ready=ReadyCheck("tcp", _dial(options.host), options.port), stage=3
+            )
+        )
+        endpoint = f"http://{_dial(options.host)}:{options.port}"
+    else:
+        if options.proxy:
+            notes.append("agentcache.proxy is not installed: clients connect to the engine directly")
+        processes, engine_url = _front_without_proxy(processes, options, engine_url)
+        endpoint = engine_url
+    return ServePlan(engine, tuple(processes), endpoint, engine_url, tuple(notes))
+
+
+def _dial(host: str) -> str:
+    """The address a local client dials for a server bound to ``host``."""
+    return LOOPBACK if host in ("0.0.0.0", "", "::") else host
+
+
+def _front_without_proxy(
+    processes: list[ProcessSpec], options: ServeOptions, engine_url: str
+) -> tuple[list[ProcessSpec], str]:
+    """Without a proxy the front process (the router, else the only engine) takes the public host and port."""
+    front = next((p for p in processes if p.role == "router"), None)
+    if front is None and options.workers == 1:
+        front = next(p for p in processes if p.role == "engine")
+    if front is None:
+        return processes, engine_url
+    argv = list(front.argv)
+    argv[argv.index("--port") + 1] = str(options.port)
+    argv[argv.index("--host") + 1] = options.host
+    ready = ReadyCheck("http", _dial(options.host), options.port)
+    moved = ProcessSpec(front.name, front.role, tuple(argv), front.env, ready, front.stage)
+    return [moved if p is front else p for p in processes], f"http://{_dial(options.host)}:{options.port}"

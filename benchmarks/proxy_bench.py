@@ -1,0 +1,389 @@
+"""Proxy overhead: ``agentcache proxy`` against calling the same upstream directly, and against the LiteLLM proxy
+(``litellm[proxy]``, Anthropic pass-through route) when it is installed, side by side in one run.
+
+Run: ``python benchmarks/proxy_bench.py [--quick] [--litellm PATH] [--json OUT]``.
+
+* Upstream: a fast fake Anthropic server (raw asyncio, ``TCP_NODELAY``, keep-alive) in its own process. It
+  answers every ``POST .../v1/messages`` with a canned SSE stream (message_start with usage, three text
+  deltas, message_delta, message_stop; eight chunks, no delay), without parsing the body, so the upstream
+  costs every target the same.
+* Targets, each in its own process on loopback: ``direct`` (the upstream itself), ``agentcache relay`` (the
+  agentcache proxy on a path it relays untouched: its HTTP plumbing alone), ``agentcache``
+  (``python -m agentcache proxy --upstream http://127.0.0.1:UP``, default settings: session inference, the
+  pipeline, usage tap, simulators, one JSON log line per request written to /dev/null) and ``litellm``
+  (``litellm --port N`` with ``ANTHROPIC_API_BASE`` at the upstream, requests to ``/anthropic/v1/messages``).
+  ``--litellm PATH`` names the ``litellm`` executable (default: ``litellm`` on PATH, else
+  ``/tmp/litellm-venv/bin/litellm``); without one its rows are skipped.
+* Load: a lean asyncio HTTP/1.1 client (one keep-alive connection per stream, ``TCP_NODELAY``) in this
+  process. Each stream replays its own agent conversation built from real tau-bench runs (airline policy as
+  system prompt, the 14 airline tools, real messages): request bodies of about 50 KB that grow turn by turn,
+  a new conversation every 10 turns. At 1 and at 64 concurrent streams, after a warm-up.
+* Figures: p50 and p99 of time to first body byte (TTFB) and of the whole response, per target; *added* is
+  the target's percentile minus ``direct``'s; and agentcache's added latency as a share of LiteLLM's.
+
+With ``--memory``, also runs 20,000 requests over 2,000 new sessions through the agentcache proxy (10 rounds of
+2,000) and reports its RSS before and after each round (``/proc/PID/status`` VmRSS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data" / "tau-bench"
+BODY_TARGET = 50_000
+TURNS_PER_SESSION = 10
+
+# ---- the fake upstream ------------------------------------------------------------------------------------
+
+_USAGE = {"input_tokens": 12, "cache_read_input_tokens": 11000, "cache_creation_input_tokens": 400, "output_tokens": 1}
+_START = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],
+          "stop_reason": None, "stop_sequence": None, "usage": _USAGE}  # fmt: skip
+_EVENTS: list[tuple[str, dict[str, Any]]] = [
+    ("message_start", {"type": "message_start", "message": _START}),
+    ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    *(
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}})
+        for t in ("Sure,", " I can", " help.")
+    ),
+    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": 4},
+        },
+    ),
+    ("message_stop", {"type": "message_stop"}),
+]
+_CHUNKS = [f"event: {n}\ndata: {json.dumps(d)}\n\n".encode() for n, d in _EVENTS]
+_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def _upstream_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            chunked = False
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value.strip())
+                elif name.strip().lower() == b"transfer-encoding" and b"chunked" in value.lower():
+                    chunked = True
+            if chunked:
+                while True:
+                    size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                    await reader.readexactly(size + 2)
+                    if size == 0:
+                        break
+            elif length:
+                await reader.readexactly(length)
+            writer.write(_HEAD)
+            for chunk in _CHUNKS:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+def serve_upstream(port: int) -> None:
+    """Run the fake upstream on 127.0.0.1:``port`` until killed."""
+
+    async def main() -> None:
+        server = await asyncio.start_server(_upstream_conn, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
+# ---- request bodies ---------------------------------------------------------------------------------------
+
+
+def _tau() -> tuple[str, list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    runs = json.loads((DATA / "gpt-4o-airline.json").read_text())
+    tools = [
+        {"name": t["function"]["name"], "description": t["function"]["description"],
+         "input_schema": t["function"]["parameters"]}
+        for t in json.loads((DATA / "airline_tools.json").read_text())
+    ]  # fmt: skip
+    texts = []
+    for run in runs:
+        msgs = run["traj"][1:]
+        texts.append([str(m.get("content") or json.dumps(m.get("tool_calls"))) for m in msgs])
+    return runs[0]["traj"][0]["content"], tools, texts
+
+
+class Conversations:
+    """Per-stream generator of growing Anthropic request bodies of about ``BODY_TARGET`` bytes."""
+
+    def __init__(self, target: int = BODY_TARGET) -> None:
+        self.system, self.tools, self.texts = _tau()
+        self.serial = 0
+        self.target = target
+
+    def session(self, stream: int) -> list[bytes]:
+        """The ``TURNS_PER_SESSION`` request bodies of one new conversation."""
+        self.serial += 1
+        pool = [t for k in range(self.serial, self.serial + 40) for t in self.texts[k % len(self.texts)]]
+        msgs: list[dict[str, Any]] = []
+        base = {"model": "claude-sonnet-4-5", "max_tokens": 256, "stream": True, "system": self.system,
+                "tools": self.tools}  # fmt: skip
+        out: list[bytes] = []
+        i = 0
+
+        def add() -> None:
+            nonlocal i
+            role = "user" if len(msgs) % 2 == 0 else "assistant"
+            text = pool[i % len(pool)] or "..."
+            if not msgs:
+                text = f"[stream {stream} conversation {self.serial}] {text}"
+            msgs.append({"role": role, "content": [{"type": "text", "text": text}]})
+            i += 1
+
+        while len(json.dumps({**base, "messages": msgs})) < self.target - 4000 or len(msgs) % 2 == 0:
+            add()
+        for _ in range(TURNS_PER_SESSION):
+            out.append(json.dumps({**base, "messages": msgs}).encode())
+            add()
+            add()
+        return out
+
+
+# ---- the load generator -----------------------------------------------------------------------------------
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection that times TTFB (first body byte) and the whole response."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.last_body = b""
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    async def post(self, path: str, body: bytes, key: str) -> tuple[int, float, float]:
+        if self.writer is None:
+            await self.open()
+        assert self.reader is not None and self.writer is not None
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"x-api-key: {key}\r\nanthropic-version: 2023-06-01\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode()
+        t0 = time.perf_counter()
+        self.writer.write(head + body)
+        await self.writer.drain()
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(raw.split(b" ", 2)[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(b":") for ln in raw.split(b"\r\n")[1:])}
+        first = None
+        parts: list[bytes] = []
+        if b"chunked" in headers.get(b"transfer-encoding", b""):
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                parts.append((await self.reader.readexactly(size + 2))[:-2])
+                if size == 0:
+                    break
+                first = first or time.perf_counter()
+        else:
+            parts.append(await self.reader.readexactly(int(headers.get(b"content-length", b"0"))))
+            first = time.perf_counter()
+        self.last_body = b"".join(parts)
+        end = time.perf_counter()
+        if headers.get(b"connection", b"").lower() == b"close":
+            self.writer.close()
+            self.writer = None
+        return status, (first or end) - t0, end - t0
+
+
+async def load(
+    port: int, path: str, streams: int, per_stream: int, warmup: int, convs: Conversations
+) -> dict[str, Any]:
+    """``streams`` concurrent conversations, ``per_stream`` measured requests each after ``warmup``."""
+    ttfb: list[float] = []
+    total: list[float] = []
+    errors = 0
+
+    async def worker(w: int) -> None:
+        nonlocal errors
+        conn = Conn(port)
+        bodies: list[bytes] = []
+        for n in range(warmup + per_stream):
+            if not bodies:
+                bodies = convs.session(w)
+            status, t1, t2 = await conn.post(path, bodies.pop(0), f"sk-bench-{w % 4}")
+            if status != 200:
+                errors += 1
+            elif n >= warmup:
+                ttfb.append(t1)
+                total.append(t2)
+
+    await asyncio.gather(*(worker(w) for w in range(streams)))
+    return {"n": len(total), "errors": errors, "ttfb": _pcts(ttfb), "total": _pcts(total)}
+
+
+def _pcts(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    if not xs:
+        return {"p50": float("nan"), "p99": float("nan")}
+    q = statistics.quantiles(xs, n=100, method="inclusive")
+    return {"p50": statistics.median(xs) * 1000, "p99": q[98] * 1000}
+
+
+# ---- processes --------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait(port: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on {port} after {timeout}s")
+
+
+def _start(argv: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+    )
+    _wait(port)
+    return proc
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _litellm(explicit: str | None) -> str | None:
+    if explicit:
+        return explicit
+    found = shutil.which("litellm")
+    fallback = Path("/tmp/litellm-venv/bin/litellm")
+    return found or (str(fallback) if fallback.exists() else None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="fewer requests (noisier)")
+    parser.add_argument("--litellm", help="the litellm executable (default: on PATH, else /tmp/litellm-venv)")
+    parser.add_argument("--memory", action="store_true", help="also 20,000 requests over 2,000 sessions: RSS")
+    parser.add_argument("--json", type=Path, help="write every figure as JSON")
+    args = parser.parse_args()
+    if args.serve_upstream:
+        serve_upstream(args.serve_upstream)
+        return
+    up_port, ac_port, ll_port = _free_port(), _free_port(), _free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        procs.append(_start([sys.executable, __file__, "--serve-upstream", str(up_port)], up_port))
+        ac = _start(
+            [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up_port}",
+             "--port", str(ac_port)],
+            ac_port,
+        )  # fmt: skip
+        procs.append(ac)
+        targets = {
+            "direct": (up_port, "/v1/messages"),
+            "agentcache relay": (ac_port, "/relay/v1/messages"),
+            "agentcache": (ac_port, "/v1/messages"),
+        }
+        exe = _litellm(args.litellm)
+        if exe:
+            env = {"ANTHROPIC_API_BASE": f"http://127.0.0.1:{up_port}", "ANTHROPIC_API_KEY": "sk-fake",
+                   "LITELLM_LOG": "ERROR", "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}  # fmt: skip
+            procs.append(_start([exe, "--port", str(ll_port), "--num_workers", "1"], ll_port, env))
+            targets["litellm"] = (ll_port, "/anthropic/v1/messages")
+        convs = Conversations()
+        results: dict[str, Any] = {"body_bytes": len(convs.session(0)[0]), "levels": {}}
+        for streams, per in ((1, 60 if args.quick else 300), (64, 4 if args.quick else 20)):
+            level: dict[str, Any] = {}
+            for name, (port, path) in targets.items():
+                level[name] = asyncio.run(load(port, path, streams, per, 3, convs))
+            results["levels"][streams] = level
+        if args.memory:  # 20,000 requests over 2,000 new sessions, in 10 rounds; RSS after each
+            rss = [_rss_kb(ac.pid)]
+            for _ in range(10):
+                asyncio.run(load(ac_port, "/v1/messages", 50, 40, 0, convs))
+                rss.append(_rss_kb(ac.pid))
+            results["memory_kb"] = rss
+        print(_markdown(results))
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=20)
+
+
+def _markdown(r: dict[str, Any]) -> str:
+    lines = [f"request body: {r['body_bytes']:,} bytes (first turn; bodies grow ~1 KB per turn)", ""]
+    lines.append("| streams | target | n | err | TTFB p50 | TTFB p99 | total p50 | total p99 | added p50 | added p99 |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    for streams, level in r["levels"].items():
+        d = level["direct"]
+        for name, m in level.items():
+            add50 = m["total"]["p50"] - d["total"]["p50"]
+            add99 = m["total"]["p99"] - d["total"]["p99"]
+            added = "— | —" if name == "direct" else f"{add50:.2f} | {add99:.2f}"
+            lines.append(
+                f"| {streams} | {name} | {m['n']} | {m['errors']} | {m['ttfb']['p50']:.2f} | {m['ttfb']['p99']:.2f} | "
+                f"{m['total']['p50']:.2f} | {m['total']['p99']:.2f} | {added} |"
+            )
+        if "litellm" in level:
+            a, ll = level["agentcache"], level["litellm"]
+            ratios = []
+            for q in ("p50", "p99"):
+                ours = a["total"][q] - d["total"][q]
+                theirs = ll["total"][q] - d["total"][q]
+                ratios.append(f"{q} {ours / theirs:.2f}" if theirs > 0 else f"{q} n/a")
+            lines.append(f"| {streams} | agentcache added / litellm added | | | | | | | {ratios[0]} | {ratios[1]} |")
+    lines.append("")
+    lines.append("times in ms; added = target percentile − direct percentile (whole response)")
+    if "memory_kb" in r:
+        steps = " → ".join(f"{kb / 1024:.0f}" for kb in r["memory_kb"])
+        lines.append(
+            f"agentcache proxy RSS (MB) before and after each 2,000 of 20,000 requests / 2,000 sessions: {steps}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Observability and configuration: ``/metrics``, ``/agentcache/v1/report`` (audit schema), admin tokens,
+``ProxyConfig`` loading, and the ``agentcache proxy`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agentcache import _cli
+from agentcache._config import reset_settings
+from agentcache._exceptions import ConfigError
+from agentcache._logging import reset_logging
+from agentcache.proxy import ProxyConfig, load_proxy_config
+from agentcache.proxy._sessions import tenant_of
+from tests.test_proxy_support import ANTHROPIC_KEY, OTHER_KEY, anthropic_body, conversation, proxy
+
+A = {"x-api-key": ANTHROPIC_KEY}
+SCHEMA_KEYS = {"provider", "model", "totals", "sessions", "breaks", "misses"}
+METRICS_KEYS = {
+    "requests",
+    "prompt_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "uncached_tokens",
+    "hit_rate",
+    "cost_usd",
+}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_metrics_and_report_on_loopback() -> None:
+    async def scenario() -> None:
+        async with proxy() as (client, state, _):
+            for n in (1, 3, 5):
+                await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=A)
+            await client.post("/v1/messages", json=anthropic_body(conversation(1)), headers={"x-api-key": OTHER_KEY})
+            text = (await client.get("/metrics")).text
+            assert (
+                'agentcache_proxy_requests_total{model="claude-sonnet-4-5",provider="anthropic",'
+                'route="/v1/messages",status="200"} 4.0' in text
+            )
+            for kind in ("prompt", "cache_read", "cache_write", "uncached"):
+                assert (
+                    f'agentcache_proxy_tokens_total{{kind="{kind}",model="claude-sonnet-4-5",provider="anthropic"}}'
+                    in text
+                )
+            assert "agentcache_proxy_upstream_latency_seconds_bucket" in text
+            assert "agentcache_proxy_upstream_ttfb_seconds_bucket" in text
+            assert 'agentcache_proxy_cost_usd_total{arm="as_sent"' in text
+            assert "agentcache_proxy_saved_usd" in text
+            assert 'agentcache_session_events_total{event="turn"} 4.0' in text
+            assert "agentcache_proxy_live_sessions 2.0" in text
+            doc = (await client.get("/agentcache/v1/report")).json()
+            assert set(doc) == SCHEMA_KEYS
+            assert doc["provider"] == "anthropic" and doc["model"] == "claude-sonnet-4-5"
+            assert set(doc["totals"]) == {"as_sent", "agentcache", "reported"}
+            assert all(set(m) == METRICS_KEYS for m in doc["totals"].values())
+            assert doc["totals"]["reported"]["requests"] == 4
+            # tau-bench sends no markers: as sent, nothing is cached; agentcache's markers make it cache
+            assert doc["totals"]["as_sent"]["cache_read_tokens"] == 0
+            assert doc["totals"]["agentcache"]["cache_read_tokens"] > 0
+            assert doc["totals"]["agentcache"]["cost_usd"] < doc["totals"]["as_sent"]["cost_usd"]
+            assert {m["cause"] for m in doc["misses"] if m["arm"] == "as_sent"} == {"markers.missing"}
+            tenant = tenant_of(A, state.config.tenant_salt)
+            mine = (await client.get("/agentcache/v1/report", params={"tenant": tenant})).json()
+            assert [s["session"].split("/")[0] for s in mine["sessions"]] == [tenant]
+            assert mine["totals"]["reported"]["requests"] == 3
+
+    run(scenario())
+
+
+def test_admin_token_required_when_set() -> None:
+    async def scenario() -> None:
+        async with proxy(admin_token="s3cret") as (client, _, _):
+            assert (await client.get("/metrics")).status_code == 401
+            assert (await client.get("/metrics", headers={"authorization": "Bearer nope"})).status_code == 401
+            assert (await client.get("/metrics", headers={"authorization": "Bearer s3cret"})).status_code == 200
+            r = await client.get("/agentcache/v1/report", headers={"x-agentcache-admin-token": "s3cret"})
+            assert r.status_code == 200
+
+    run(scenario())
+
+
+def test_admin_endpoints_disabled_beyond_loopback_without_token() -> None:
+    async def scenario() -> None:
+        async with proxy(host="0.0.0.0") as (client, _, _):
+            assert (await client.get("/metrics")).status_code == 403
+            assert (await client.get("/agentcache/v1/report")).status_code == 403
+            # the API itself is still served
+            r = await client.post("/v1/messages", json=anthropic_body(conversation(1)), headers=A)
+            assert r.status_code == 200
+
+    run(scenario())
+
+
+def test_config_file_environment_and_arguments(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "agentcache.toml"
+    path.write_text('[proxy]\nupstream = "http://127.0.0.1:8080/v1"\nport = 9000\nmax_body_bytes = 1000\n')
+    monkeypatch.setenv("AGENTCACHE_PROXY_PORT", "9100")
+    cfg = load_proxy_config(path, max_body_bytes=None, idle_timeout=5.0)
+    assert cfg.upstream_url == "http://127.0.0.1:8080" and cfg.upstream_kind == "url"
+    assert cfg.port == 9100 and cfg.max_body_bytes == 1000 and cfg.idle_timeout == 5.0
+    assert cfg.upstream_is_loopback
+    assert cfg.provider_for("anthropic.messages") == "anthropic" and cfg.provider_for("openai.chat") == "openai"
+    assert ProxyConfig(upstream="anthropic").provider_for("openai.chat") == "anthropic"
+    with pytest.raises(ConfigError, match="upstream"):
+        load_proxy_config(None, upstream="ftp://nowhere")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_proxy_config(tmp_path / "missing.toml")
+
+
+def test_tenant_hash_hides_the_key() -> None:
+    salt = "s"
+    a = tenant_of({"x-api-key": "k1"}, salt)
+    assert a == tenant_of({"authorization": "Bearer k1"}, salt) != tenant_of({"x-api-key": "k2"}, salt)
+    assert "k1" not in a and len(a) == 16
+    assert tenant_of({}, salt) == "anonymous"
+
+
+def test_cli_proxy_command_builds_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_serve(config: ProxyConfig, settings: Any = None) -> None:
+        seen["config"] = config
+
+    monkeypatch.setattr("agentcache.proxy.serve", fake_serve)
+    try:
+        result = CliRunner().invoke(
+            _cli.app,
+            [
+                "proxy",
+                "--upstream",
+                "http://127.0.0.1:30000",
+                "--engine",
+                "sglang",
+                "--port",
+                "0",
+                "--admin-token",
+                "t",
+            ],
+        )
+    finally:
+        reset_logging()
+        reset_settings()
+    assert result.exit_code == 0, result.output
+    cfg = seen["config"]
+    assert cfg.upstream_url == "http://127.0.0.1:30000" and cfg.engine == "sglang" and cfg.admin_token == "t"
+    bad = CliRunner().invoke(_cli.app, ["proxy", "--upstream", "gopher://x"])
+    reset_logging()
+    assert bad.exit_code == 2 and "upstream" in bad.output
