@@ -1,6 +1,6 @@
 """The ``agentcache`` command line (console script ``agentcache = agentcache._cli:main``).
 
-A typer app with one subcommand per tool (``audit`` today; ``proxy``, ``serve`` and ``replay`` will join it)
+A typer app with one subcommand per tool (``audit``, ``proxy``, ``serve``, ``replay``)
 and the global options ``--version``, ``--log-format`` and ``--log-level``.
 
 Bad input never produces a traceback: every unreadable file, unknown format, malformed record or invalid

@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 import _synth
 
 from agentcache import CanonicalRequest, audit, diagnose
-from agentcache._canonical import with_markers
+from agentcache._canonical import BlockCache, with_markers
 from agentcache._pipeline import SessionPipeline
 from agentcache._pricing import anthropic_rules, default_model
 from agentcache._repair import SessionMemory, plan_repairs
@@ -248,12 +248,15 @@ class Pipeline:
         self.memory = SessionMemory()
         self.prev: CanonicalRequest | None = None
         self.rules = anthropic_rules(default_model("anthropic"))
+        # The session's block cache, as SessionPipeline keeps one: unchanged messages re-use their blocks.
+        self.cache = BlockCache()
 
     def turn(self, wire: bytes, out: TurnSamples | None) -> None:
         t0 = now_ns()
         body = json.loads(wire)
         t1 = now_ns()
-        canon = canonicalize(self.api, body)
+        self.cache.begin()
+        canon = canonicalize(self.api, body, cache=self.cache)
         t2 = now_ns()
         if self.prev is not None:
             d = diagnose(self.prev, canon)
@@ -261,7 +264,7 @@ class Pipeline:
         t3 = now_ns()
         repair = plan_repairs(self.memory, canon, body)
         body1 = apply(self.api, body, repair.plan) if not repair.plan.empty else body
-        rep = canonicalize(self.api, body1) if body1 is not body else canon
+        rep = canonicalize(self.api, body1, cache=self.cache) if body1 is not body else canon
         t4 = now_ns()
         bp = plan_breakpoints(rep, self.memory.sent, self.rules)
         planned = with_markers(rep, bp.markers, bp.top)
