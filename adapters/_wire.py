@@ -97,20 +97,19 @@ def require_content(value: Any, where: str) -> None:
 
 def write_markers(
     body: dict[str, Any],
-    paths: list[str],
+    units: list[tuple[str, Any]],
     markers: tuple[tuple[str, str], ...],
     key: str,
     value: Callable[[str], Any],
     text_type: str = "text",
 ) -> dict[str, Any]:
-    """A copy of ``body`` where, among ``paths`` (every unit that may carry a marker), exactly the
-    ``(path, ttl)`` pairs of ``markers`` carry ``key: value(ttl)``. A string unit that gets a marker
-    becomes a one-element list of ``{"type": text_type, "text": ...}``. Raises InputError for a marker
-    path not among ``paths``."""
+    """A copy of ``body`` where, among ``units`` (``(path, unit)`` for every unit of ``body`` that may carry a
+    marker), exactly the ``(path, ttl)`` pairs of ``markers`` carry ``key: value(ttl)``. A string unit that
+    gets a marker becomes a one-element list of ``{"type": text_type, "text": ...}``. Raises InputError for a
+    marker path not among ``units``."""
     want = dict(markers)
     out = body
-    for path in paths:
-        unit = get_path(out, path)
+    for path, unit in units:
         has = isinstance(unit, dict) and key in unit
         ttl = want.pop(path, None)
         if ttl is None and not has:

@@ -78,19 +78,19 @@ def _cache_control(ttl: str) -> dict[str, str]:
 
 def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """A copy of ``body`` whose block markers are exactly ``markers`` (``(path, ttl)`` pairs)."""
-    paths: list[str] = [f"tools[{i}]" for i, _ in enumerate(body.get("tools") or [])]
+    units: list[tuple[str, Any]] = [(f"tools[{i}]", t) for i, t in enumerate(body.get("tools") or [])]
     system = body.get("system")
     if isinstance(system, list):
-        paths += [f"system[{i}]" for i in range(len(system))]
+        units += [(f"system[{i}]", blk) for i, blk in enumerate(system)]
     elif isinstance(system, str) and system:
-        paths.append("system")
+        units.append(("system", system))
     for i, msg in enumerate(body.get("messages") or []):
         content = msg.get("content") if isinstance(msg, dict) else None
         if isinstance(content, list) and content:
-            paths += [f"messages[{i}].content[{j}]" for j in range(len(content))]
+            units += [(f"messages[{i}].content[{j}]", blk) for j, blk in enumerate(content)]
         else:
-            paths.append(f"messages[{i}].content")
-    return write_markers(body, paths, markers, "cache_control", _cache_control)
+            units.append((f"messages[{i}].content", content))
+    return write_markers(body, units, markers, "cache_control", _cache_control)
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:

@@ -90,14 +90,14 @@ def breakpoint_value(ttl: str) -> dict[str, str]:
 
 def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """A copy of ``body`` whose ``prompt_cache_breakpoint`` parts are exactly ``markers`` (gpt-5.6+)."""
-    paths: list[str] = []
+    units: list[tuple[str, Any]] = []
     for i, msg in enumerate(body.get("messages") or []):
         content = msg.get("content") if isinstance(msg, dict) else None
         if isinstance(content, list) and content:
-            paths += [f"messages[{i}].content[{j}]" for j in range(len(content))]
+            units += [(f"messages[{i}].content[{j}]", blk) for j, blk in enumerate(content)]
         elif isinstance(content, str) and content:
-            paths.append(f"messages[{i}].content")
-    return write_markers(body, paths, markers, "prompt_cache_breakpoint", breakpoint_value)
+            units.append((f"messages[{i}].content", content))
+    return write_markers(body, units, markers, "prompt_cache_breakpoint", breakpoint_value)
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:

@@ -71,15 +71,15 @@ def canonicalize(
 
 def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """A copy of ``body`` whose ``prompt_cache_breakpoint`` parts are exactly ``markers`` (gpt-5.6+)."""
-    paths: list[str] = []
+    units: list[tuple[str, Any]] = []
     items = body.get("input")
     for i, item in enumerate(items if isinstance(items, list) else []):
         content = item.get("content") if isinstance(item, dict) and item.get("role") else None
         if isinstance(content, list) and content:
-            paths += [f"input[{i}].content[{j}]" for j in range(len(content))]
+            units += [(f"input[{i}].content[{j}]", blk) for j, blk in enumerate(content)]
         elif isinstance(content, str) and content:
-            paths.append(f"input[{i}].content")
-    return write_markers(body, paths, markers, "prompt_cache_breakpoint", breakpoint_value, "input_text")
+            units.append((f"input[{i}].content", content))
+    return write_markers(body, units, markers, "prompt_cache_breakpoint", breakpoint_value, "input_text")
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:

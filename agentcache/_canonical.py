@@ -28,6 +28,7 @@ from hashlib import blake2b
 from typing import Any
 
 from ._causes import Section
+from ._rawjson import RawBody
 from ._tokens import TokenCounter, default_counter
 
 #: Keys that mark cache breakpoints on the wire; stripped from canonical bytes.
@@ -150,7 +151,7 @@ class BlockCache:
     then one C-level JSON encoding per message plus the work on the new blocks. Bounded: entries no
     request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
 
-    __slots__ = ("_age", "_by_id", "_entries", "_keep", "generation", "hits", "misses")
+    __slots__ = ("_age", "_by_id", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses")
 
     def __init__(self, keep: int = 4):
         self._entries: dict[tuple[str | int, str], tuple[Block, ...]] = {}
@@ -159,12 +160,20 @@ class BlockCache:
         # (client body, repaired body, marked body): remember their keys by identity until begin().
         self._by_id: dict[int, tuple[Any, tuple[str | int, str]]] = {}
         self._keep = keep
+        self._raw: RawBody | None = None
+        # The last three requests built (a turn builds the client's request, maybe a repaired one and a
+        # marked one): the next build re-uses the chain hashes and token sums of the one sharing the most
+        # leading digests (the cached history), so building costs only the new blocks.
+        self.last: list[tuple[tuple[Block, ...], tuple[bytes, ...], tuple[int, ...]]] = []
         self.generation = 0
         self.hits = self.misses = 0
 
-    def begin(self) -> None:
-        """Start a new request: objects seen before may since have been mutated in place."""
+    def begin(self, raw: RawBody | None = None) -> None:
+        """Start a new request: objects seen before may since have been mutated in place. ``raw``: the
+        source texts of the request's body (:func:`agentcache._rawjson.loads`), which then key its
+        unchanged units without encoding them."""
         self._by_id.clear()
+        self._raw = raw
 
     def get(self, position: str | int, unit: Any) -> tuple[tuple[str | int, str], tuple[Block, ...] | None]:
         """``(key, blocks)``: the key of ``unit`` at ``position`` and its cached blocks, if any."""
@@ -172,7 +181,8 @@ class BlockCache:
         if seen is not None and seen[0] is unit and seen[1][0] == position:
             key = seen[1]
         else:
-            key = (position, _encode(unit))
+            text = self._raw.text_of(unit) if self._raw is not None else None
+            key = (position, text if text is not None else _encode(unit))
             self._by_id[id(unit)] = (unit, key)
         hit = self._entries.get(key)
         if hit is not None:
@@ -282,21 +292,30 @@ class Builder:
         extra: Mapping[str, Any] | None = None,
     ) -> CanonicalRequest:
         """Freeze the blocks into a :class:`CanonicalRequest` with its chain and cumulative tokens."""
-        if self._cache is not None:
-            self._cache.tick()
+        blocks = tuple(self._blocks)
+        start = 0
         chain: list[bytes] = []
         cum: list[int] = []
-        prev = b""
-        total = 0
-        for b in self._blocks:
+        if self._cache is not None:
+            self._cache.tick()
+            for last_blocks, last_chain, last_cum in self._cache.last:
+                # Chain and token sums depend only on the digests (tokens are memoised per digest).
+                n, k = min(len(last_blocks), len(blocks)), 0
+                while k < n and (blocks[k] is last_blocks[k] or blocks[k].digest == last_blocks[k].digest):
+                    k += 1
+                if k > start:
+                    start, chain, cum = k, list(last_chain[:k]), list(last_cum[:k])
+        prev = chain[-1] if chain else b""
+        total = cum[-1] if cum else 0
+        for b in blocks[start:]:
             prev = digest(prev, b.digest)
             chain.append(prev)
             total += b.tokens
             cum.append(total)
-        return CanonicalRequest(
+        req = CanonicalRequest(
             self.api,
             self.model,
-            tuple(self._blocks),
+            blocks,
             tuple(chain),
             tuple(cum),
             cache_key,
@@ -304,6 +323,9 @@ class Builder:
             top_marker,
             dict(extra or {}),
         )
+        if self._cache is not None:
+            self._cache.last = [(blocks, req.chain, req.cum_tokens), *self._cache.last[:2]]
+        return req
 
 
 def _kind_and_text(unit: Any) -> tuple[str, str | None, bool]:

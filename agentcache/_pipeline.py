@@ -10,6 +10,7 @@ sending leaves the session unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -18,6 +19,7 @@ from ._canonical import BlockCache, CanonicalRequest, common_prefix, with_marker
 from ._config import Settings, get_settings
 from ._diagnose import Divergence, diagnose, static_end
 from ._pricing import anthropic_rules, openai_rules
+from ._rawjson import RawBody
 from ._repair import SessionMemory, plan_repairs
 from .adapters import WirePlan, apply, canonicalize
 from .policies import KeepWarmDecision, KeyPlanner, PlanHints, TTLDecision, choose_ttl, plan_breakpoints, plan_keep_warm
@@ -146,13 +148,19 @@ class SessionPipeline:
     # ---- the pipeline ------------------------------------------------------------------------
 
     def prepare(
-        self, api: str, body: dict[str, Any], original: CanonicalRequest | None = None, now: float | None = None
+        self,
+        api: str,
+        body: dict[str, Any],
+        original: CanonicalRequest | None = None,
+        now: float | None = None,
+        raw: RawBody | None = None,
     ) -> Prepared:
         """Plan the request sent at ``now`` (seconds; None when unknown). ``original``: ``body`` already
-        canonicalized with this session's cache (after ``self.cache.begin()``). Raises InputError for a
-        malformed body (the caller fails open)."""
+        canonicalized with this session's cache (after ``self.cache.begin()``). ``raw``: the source texts of
+        ``body`` when it was parsed by :func:`agentcache._rawjson.loads` (unchanged units are then keyed by
+        their text, not encoded). Raises InputError for a malformed body (the caller fails open)."""
         if original is None:
-            self.cache.begin()
+            self.cache.begin(raw)
         orig = original if original is not None else canonicalize(api, body, cache=self.cache)
         div = diagnose(self.last_original, orig) if self.last_original is not None else None
         client = orig
@@ -165,7 +173,7 @@ class SessionPipeline:
             if first is not None and _tool_names(orig):
                 self.memory.tool_order = list(first.tool_order)
                 self.memory.tool_units = dict(first.tool_units)
-        repair = plan_repairs(self.memory, orig, body)
+        repair = plan_repairs(self.memory, orig, body, self.last_original)
         wire = apply(api, body, repair.plan) if not repair.plan.empty else body
         rep = canonicalize(api, wire, cache=self.cache) if wire is not body else orig
         if (
@@ -196,7 +204,8 @@ class SessionPipeline:
                 reasons = tuple(bp.reasons[i] for i in bp.markers)
                 if self.apply_markers:
                     wire = apply(api, wire, WirePlan(markers=tuple((p, "30m") for p in marks)))
-                    planned = canonicalize(api, wire, cache=self.cache)
+                    if _reshaped(rep, bp.markers):
+                        planned = canonicalize(api, wire, cache=self.cache)
         if self.provider == "anthropic":
             rules = anthropic_rules(self.model or rep.model)
             shared = common_prefix(self.memory.sent, rep) if self.memory.sent is not None else 0
@@ -219,8 +228,13 @@ class SessionPipeline:
                         top_marker=False,
                     ),
                 )
-                # A marker on a string turns it into a text block: re-read what is really sent.
-                planned = canonicalize(api, wire, cache=self.cache)
+                # A marker on a string turns it into a text block: re-read what is really sent. Otherwise
+                # markers are not content and the planned request already is what is sent.
+                planned = (
+                    canonicalize(api, wire, cache=self.cache)
+                    if _reshaped(rep, bp.markers)
+                    else with_markers(rep, bp.markers)
+                )
         return Prepared(wire, client, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now, learned)
 
     def keep_warm(self, expected_gap: float | None = None) -> KeepWarmDecision | None:
@@ -270,3 +284,9 @@ class SessionPipeline:
             self.timed = False
         else:
             self.times = [*self.times[-31:], prepared.at]
+
+
+def _reshaped(req: CanonicalRequest, marked: Mapping[int, object]) -> bool:
+    """True when writing markers on blocks ``marked`` changes the request's content: a marker on a string
+    unit (a JSON string, not an object) turns it into a one-element list of text blocks."""
+    return any(req.blocks[i].data[:1] == b'"' for i in marked)

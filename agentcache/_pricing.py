@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -96,6 +96,7 @@ def _lookup(provider: str, model: str | None) -> tuple[str, dict[str, Any], bool
     return best, models[best], True
 
 
+@lru_cache(maxsize=512)  # every request asks; the table is fixed for the process
 def anthropic_rules(model: str | None) -> AnthropicRules:
     """Rules for ``model`` (the provider default's numbers, with ``known=False``, if not in the table)."""
     name, m, known = _lookup("anthropic", model)
@@ -115,6 +116,7 @@ def anthropic_rules(model: str | None) -> AnthropicRules:
     )
 
 
+@lru_cache(maxsize=512)
 def openai_rules(model: str | None) -> OpenAIRules:
     """Rules for ``model`` (the provider default's numbers, with ``known=False``, if not in the table)."""
     name, m, known = _lookup("openai", model)

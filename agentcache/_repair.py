@@ -55,14 +55,19 @@ class RepairPlan:
     repaired: tuple[str, ...]
 
 
-def plan_repairs(memory: SessionMemory, canon: CanonicalRequest, body: dict[str, Any]) -> RepairPlan:
-    """Repairs for ``body`` (canonical form ``canon``) against what the session sent before."""
+def plan_repairs(
+    memory: SessionMemory, canon: CanonicalRequest, body: dict[str, Any], client_prev: CanonicalRequest | None = None
+) -> RepairPlan:
+    """Repairs for ``body`` (canonical form ``canon``) against what the session sent before. ``client_prev``: the
+    client's own previous request; a unit the client sent exactly as last time but that went out in another
+    form (a string that agentcache turned into a text block to carry a marker) is restored silently: the
+    difference is agentcache's, not a client defect to report."""
     replace: dict[str, Any] = {}
     repaired: list[str] = []
     order = _repair_tools(memory, canon, replace, repaired)
     if memory.sent is not None and memory.sent_body is not None:
-        _repair_system(memory.sent, memory.sent_body, canon, replace, repaired)
-        _repair_messages(memory.sent, memory.sent_body, canon, replace, repaired)
+        _repair_system(memory.sent, memory.sent_body, canon, replace, repaired, client_prev)
+        _repair_messages(memory.sent, memory.sent_body, canon, replace, repaired, client_prev)
     key: Any = KEEP
     if memory.cache_key is not None and canon.cache_key != memory.cache_key and "prompt_cache_key" in body:
         key = memory.cache_key
@@ -98,6 +103,7 @@ def _repair_system(
     canon: CanonicalRequest,
     replace: dict[str, Any],
     repaired: list[str],
+    client_prev: CanonicalRequest | None = None,
 ) -> None:
     old = [b for b in sent.blocks if b.section == "system" and b.message is None]
     new = [b for b in canon.blocks if b.section == "system" and b.message is None]
@@ -106,6 +112,10 @@ def _repair_system(
     if [value_digest(b) for b in old] == [value_digest(b) for b in new]:
         key = "instructions" if "instructions" in sent_body else "system"
         replace[key] = sent_body[key]
+        if client_prev is not None:
+            prev = [b.digest for b in client_prev.blocks if b.section == "system" and b.message is None]
+            if prev == [b.digest for b in new]:
+                return  # the client's system is as before: the other form was agentcache's
         repaired.append(
             C.MESSAGES_SHAPE if old[0].path.endswith("]") != new[0].path.endswith("]") else C.MESSAGES_SERIALIZATION
         )
@@ -117,6 +127,7 @@ def _repair_messages(
     canon: CanonicalRequest,
     replace: dict[str, Any],
     repaired: list[str],
+    client_prev: CanonicalRequest | None = None,
 ) -> None:
     field_name = "input" if "input" in sent_body else "messages"
     old_msgs = sent_body.get(field_name)
@@ -127,6 +138,7 @@ def _repair_messages(
     if first is None:
         first = 0
     old_spans, new_spans = sent.message_spans(), canon.message_spans()  # once: O(n), not per message
+    prev_spans = client_prev.message_spans() if client_prev is not None else {}
     for k, (lo, hi) in sorted(old_spans.items()):
         if k < first:
             continue
@@ -139,4 +151,8 @@ def _repair_messages(
             return  # a real change: leave it and everything after it alone
         flip = any(b.path.endswith(".content") for b in old) != any(b.path.endswith(".content") for b in new)
         replace[f"{field_name}[{k}]"] = old_msgs[k]
+        if client_prev is not None and k in prev_spans:
+            prev = client_prev.blocks[slice(*prev_spans[k])]
+            if [b.digest for b in prev] == [b.digest for b in new]:
+                continue  # the client's message is as before: the other form was agentcache's
         repaired.append(C.MESSAGES_SHAPE if flip else C.MESSAGES_SERIALIZATION)

@@ -10,7 +10,6 @@ shared store) sends the client's original bytes upstream unchanged and is logged
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from .._lifecycle import (
     emit,
 )
 from .._pipeline import Prepared
+from .._rawjson import RawBody, dumps_spliced, loads
 from .._turn import Saved, learning, restore
 from .._usage import CacheUsage, cost_usd
 from ._errors import Style, error_response, style_for
@@ -83,13 +83,6 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(buf)
 
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def _dumps(body: dict[str, Any]) -> bytes:
-    return _encode(body).encode()
-
-
 async def handle_api(state: ProxyState, request: Request, api: str, route: str) -> Response:
     """Serve one pipeline route (see the module docstring)."""
     style: Style = "anthropic" if api == "anthropic.messages" else "openai"
@@ -100,7 +93,7 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     except BodyTooLarge:
         return error_response(style, 413, f"request body exceeds {state.config.max_body_bytes} bytes")
     try:
-        body = json.loads(raw)
+        body, texts = loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return error_response(style, 400, f"request body is not valid JSON: {exc}")
     if not isinstance(body, dict):
@@ -109,9 +102,9 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     turn: Turn | None = None
     content = raw
     try:
-        turn = await _prepare(state, request, api, body, now)
+        turn = await _prepare(state, request, api, body, texts, now)
         if turn.wire is not body:
-            content = _dumps(turn.wire)
+            content = dumps_spliced(turn.wire, texts)
         turn.size = len(content) * STATE_BYTES_PER_BODY_BYTE
     except InputError as exc:  # the upstream is the judge of the request's validity
         log.info("proxy.unreadable_request", api=api, error=str(exc))
@@ -149,7 +142,9 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     return UpstreamResponse(upstream, started=started, tap=tap, extra_headers=extra, on_done=done)
 
 
-async def _prepare(state: ProxyState, request: Request, api: str, body: dict[str, Any], now: float) -> Turn:
+async def _prepare(
+    state: ProxyState, request: Request, api: str, body: dict[str, Any], texts: RawBody | None, now: float
+) -> Turn:
     headers = request.headers
     tenant = tenant_of(headers, state.config.tenant_salt)
     sid = (headers.get("x-agentcache-session") or "").strip()[:_MAX_SESSION_ID]
@@ -160,7 +155,7 @@ async def _prepare(state: ProxyState, request: Request, api: str, body: dict[str
     cps: tuple[bytes, ...] = ()
     explicit = bool(sid)
     if not explicit:
-        cps = checkpoints_of(api, body)
+        cps = checkpoints_of(api, body, texts)
         found: str | None = await state.store_call("find", state.store.find(tenant, cps))
         sid = found or new_session_id()
     provider = state.config.provider_for(api)
@@ -174,7 +169,7 @@ async def _prepare(state: ProxyState, request: Request, api: str, body: dict[str
         emit(LifecycleEvent("open", sess.signal(), now, opened.reason), state.sinks)
     saved = learning(sess.pipe)
     prev_sent = sess.pipe.memory.sent
-    prepared = sess.pipe.prepare(api, body, now=now)
+    prepared = sess.pipe.prepare(api, body, now=now, raw=texts)
     signal = sess.signal()
     wire = prepared.body
     if state.config.engine == "sglang":

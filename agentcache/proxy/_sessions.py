@@ -33,6 +33,7 @@ from typing import Any
 from .._exceptions import InputError
 from .._lifecycle import SessionSignal
 from .._pipeline import ScopeMemory, SessionPipeline
+from .._rawjson import RawBody, strip_markers
 
 __all__ = [
     "ANONYMOUS",
@@ -100,13 +101,16 @@ def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
     return [m for m in items if not (isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES)]
 
 
-def checkpoints_of(api: str, body: Mapping[str, Any]) -> tuple[bytes, ...]:
+def checkpoints_of(api: str, body: Mapping[str, Any], raw: RawBody | None = None) -> tuple[bytes, ...]:
     """Hash chain over a request's conversation: element ``k`` names items ``0..k`` (markers stripped), seeded
-    with the wire API (a session never spans two APIs)."""
+    with the wire API (a session never spans two APIs). ``raw``: the body's source texts
+    (:func:`agentcache._rawjson.loads`); an item is then hashed as the client wrote it, markers cut out,
+    instead of encoded again (a client writes an unchanged item the same way every turn)."""
     out: list[bytes] = []
     h = blake2b(api.encode(), digest_size=16)
     for item in conversation_of(api, body):
-        h.update(_encode(_unmarked(item)).encode())
+        text = raw.text_of(item) if raw is not None else None
+        h.update((strip_markers(text) if text is not None else _encode(_unmarked(item))).encode())
         h.update(b"\x00")
         out.append(h.copy().digest())
     return tuple(out)
