@@ -259,11 +259,19 @@ class SessionPipeline:
         return plan_keep_warm(expected_gap, ttl, sent.tokens_before(marks[-1][0] + 1), rules)
 
     def keep_warm_body(self) -> dict[str, Any] | None:
-        """The last sent request as a prefill-only keep-warm request (``max_tokens: 0``): it reads the
-        cached prefix, which refreshes its TTL, and generates nothing."""
-        if self.memory.sent_body is None:
+        """The last sent request as a prefill-only keep-warm request (``max_tokens: 0``, Anthropic's prompt cache
+        pre-warming): it reads the cached prefix, which refreshes its TTL, and generates nothing. None when
+        nothing was sent, or when the request uses extended thinking or structured output, which a
+        ``max_tokens: 0`` request cannot carry (and dropping them would change the cached prefix)."""
+        sent = self.memory.sent_body
+        if sent is None:
             return None
-        return {**self.memory.sent_body, "max_tokens": 0, "stream": False}
+        thinking = sent.get("thinking")
+        if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
+            return None
+        if sent.get("output_format") is not None:
+            return None
+        return {**sent, "max_tokens": 0, "stream": False}
 
     def commit(self, prepared: Prepared) -> None:
         """Record ``prepared`` as sent."""

@@ -88,8 +88,12 @@ def test_strip_markers(marked: str, plain: str) -> None:
 
 def test_checkpoints_from_source_ignore_markers_the_client_moves() -> None:
     """A client that marks its last message each turn: the marked and unmarked forms hash the same."""
-    first = {"model": "m", "messages": [
-        {"role": "user", "content": [{"type": "text", "text": "q1", "cache_control": {"type": "ephemeral"}}]}]}
+    first = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "q1", "cache_control": {"type": "ephemeral"}}]}
+        ],
+    }
     second = {"model": "m", "messages": [
         {"role": "user", "content": [{"type": "text", "text": "q1"}]},
         {"role": "assistant", "content": "a1"},

@@ -126,6 +126,8 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     if turn is not None:
         if ok:
             await _commit(state, turn)
+            if turn.committed and state.settings.keep_warm:
+                _keep_warm(state, turn, str(req.url), headers)
         else:
             _failed(state, turn, f"http_{upstream.status_code}")
         extra = [
@@ -163,6 +165,7 @@ async def _prepare(
         "open", state.store.open(tenant, sid, parent=parent, provider=provider, explicit=explicit, now=now)
     )
     sess = opened.session
+    state.keep_warm.cancel(f"{tenant}/{sess.sid}")  # the session moved on: a pending keep-warm is moot
     for old in opened.evicted:
         await state.closed(old, "evicted")
     if opened.reason is not None:
@@ -196,6 +199,26 @@ async def _commit(state: ProxyState, turn: Turn) -> None:
     else:
         state.metrics.stale.inc()
         log.info("proxy.stale_response", session_id=sess.sid, generation=turn.generation)
+
+
+def _keep_warm(state: ProxyState, turn: Turn, url: str, headers: list[tuple[bytes, bytes]]) -> None:
+    """After a committed Anthropic turn, schedule keep-warm requests when the TTL policy says they pay."""
+    if turn.api != "anthropic.messages" or state.config.provider_for(turn.api) != "anthropic":
+        return
+    try:
+        sess = turn.session
+        decision = sess.pipe.keep_warm()
+        body = sess.pipe.keep_warm_body()
+        if decision is None or body is None:
+            return
+        generation, turns = sess.generation, sess.turns
+
+        def current() -> bool:
+            return not sess.closed and sess.generation == generation and sess.turns == turns
+
+        state.keep_warm.schedule(f"{turn.tenant}/{sess.sid}", decision, url, headers, body, current)
+    except Exception as exc:
+        state.fail_open("keep_warm", exc)
 
 
 def _failed(state: ProxyState, turn: Turn, reason: str) -> None:

@@ -102,6 +102,13 @@ class ProxyMetrics:
             "stale_commits", "Responses for a closed or older generation, ignored", namespace=ns, registry=reg
         )
         self.live_sessions = Gauge("live_sessions", "Live sessions in this process", namespace=ns, registry=reg)
+        self.keep_warm = Counter(
+            "keep_warm_requests",
+            "Keep-warm requests (settings keep_warm): sent (2xx), failed, or dropped (session moved on or closed)",
+            ["outcome"],
+            namespace=ns,
+            registry=reg,
+        )
         self.sink = PrometheusSink(registry=reg, namespace="agentcache")
         self._saved = 0.0
 

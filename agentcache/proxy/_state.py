@@ -24,6 +24,7 @@ from .._pipeline import SessionPipeline
 from .._usage import CacheUsage
 from ._config import ProxyConfig
 from ._errors import Style, error_response, upstream_failure
+from ._keepwarm import KeepWarmer
 from ._live import LiveReport
 from ._metrics import ProxyMetrics, model_label
 from ._sessions import LiveSession, ScopeRegistry
@@ -59,6 +60,7 @@ class ProxyState:
         self.store: SessionStore = store if store is not None else self._default_store()
         self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self.keep_warm = KeepWarmer(lambda: self.client, self._keep_warm_sent)
 
     def _default_store(self) -> SessionStore:
         if self.config.redis_url:
@@ -113,6 +115,7 @@ class ProxyState:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
             self._sweeper = None
+        await self.keep_warm.aclose()
         if isinstance(self.store, MemoryStore):
             for sess in await self.store.sweep(time.time(), -1.0):
                 await self.closed(sess, "shutdown")
@@ -189,7 +192,9 @@ class ProxyState:
         return sess
 
     async def closed(self, sess: LiveSession, reason: str) -> None:
-        """Announce a closed session: the ``close`` event, and ``/close_session`` on SGLang."""
+        """Announce a closed session: the ``close`` event, and ``/close_session`` on SGLang. Its pending
+        keep-warm requests are dropped."""
+        self.keep_warm.cancel(f"{sess.tenant}/{sess.sid}")
         emit(LifecycleEvent("close", sess.signal(), time.time(), reason), self.sinks)
         if self.config.engine == "sglang" and self._client is not None:
             task = asyncio.create_task(self._close_sglang(SGLangSink.sglang_id(sess.signal())))
@@ -214,6 +219,11 @@ class ProxyState:
     def count_request(self, route: str, provider: str, model: str, status: str) -> None:
         """One relayed request."""
         self.metrics.requests.labels(route, provider, model_label(provider, model), status).inc()
+
+    def _keep_warm_sent(self, outcome: str, usage: CacheUsage | None, model: str) -> None:
+        self.metrics.keep_warm.labels(outcome).inc()
+        if usage is not None:
+            self.count_usage("anthropic", model, usage)
 
     def count_usage(self, provider: str, model: str, usage: CacheUsage) -> None:
         """Reported token counts."""
