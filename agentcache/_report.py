@@ -11,48 +11,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ._exceptions import InputError
+from ._usage import TokenTotals
 from .simulate import SimUsage
 
 ARMS = ("as_sent", "agentcache", "ideal")
 
 
 @dataclass(slots=True)
-class ArmMetrics:
+class ArmMetrics(TokenTotals):
     """Totals of one arm: token counts, ``hit_rate = cache_read_tokens / prompt_tokens``, and the
-    input-side cost in USD."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    uncached_tokens: int = 0
-    cost_usd: float = 0.0
+    input-side cost in USD (the METRICS object of the JSON schema)."""
 
     def add(self, u: SimUsage) -> None:
         """Accumulate one simulated request."""
-        self.requests += 1
-        self.prompt_tokens += u.prompt_tokens
-        self.cache_read_tokens += u.cache_read_tokens
-        self.cache_write_tokens += u.cache_write_tokens
-        self.uncached_tokens += u.uncached_tokens
+        self.count(u)
         self.cost_usd += u.cost_usd
-
-    @property
-    def hit_rate(self) -> float:
-        """Share of prompt tokens read from the cache (0..1)."""
-        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The METRICS object of the JSON schema."""
-        return {
-            "requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-            "uncached_tokens": self.uncached_tokens,
-            "hit_rate": round(self.hit_rate, 6),
-            "cost_usd": round(self.cost_usd, 6),
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,16 @@ from typing import Any
 
 from ._pricing import anthropic_rules, openai_rules
 
-__all__ = ["CacheUsage", "UsageTotals", "as_dict", "cost_usd", "merge_anthropic_usage", "normalize_usage", "read_field"]
+__all__ = [
+    "CacheUsage",
+    "TokenTotals",
+    "UsageTotals",
+    "as_dict",
+    "cost_usd",
+    "merge_anthropic_usage",
+    "normalize_usage",
+    "read_field",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,31 +267,25 @@ def cost_usd(usage: CacheUsage, provider: str | None, model: str | None) -> floa
 
 
 @dataclass(slots=True)
-class UsageTotals:
-    """Running totals over requests (a session's, or a lineage's). Tokens as in :class:`CacheUsage`;
-    ``cost_usd`` sums the requests whose cost is known, ``unpriced`` counts the others."""
+class TokenTotals:
+    """Token counts summed over requests (tokens as in :class:`CacheUsage`), ``hit_rate =
+    cache_read_tokens / prompt_tokens``, and ``cost_usd``. Shared by :class:`UsageTotals` (reported usage) and
+    the audit's per-arm ``ArmMetrics`` (simulated usage)."""
 
     requests: int = 0
     prompt_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     uncached_tokens: int = 0
-    output_tokens: int = 0
     cost_usd: float = 0.0
-    unpriced: int = 0
 
-    def add(self, usage: CacheUsage, cost: float | None) -> None:
-        """Accumulate one request."""
+    def count(self, usage: CacheUsage | Any) -> None:
+        """Add one request's token counts (anything with the four ``*_tokens`` fields of :class:`CacheUsage`)."""
         self.requests += 1
         self.prompt_tokens += usage.prompt_tokens
         self.cache_read_tokens += usage.cache_read_tokens
         self.cache_write_tokens += usage.cache_write_tokens
         self.uncached_tokens += usage.uncached_tokens
-        self.output_tokens += usage.output_tokens or 0
-        if cost is None:
-            self.unpriced += 1
-        else:
-            self.cost_usd += cost
 
     @property
     def hit_rate(self) -> float:
@@ -290,15 +293,35 @@ class UsageTotals:
         return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
+        """JSON-ready dict: ``requests``, the four token counts, ``hit_rate``, ``cost_usd``."""
         return {
             "requests": self.requests,
             "prompt_tokens": self.prompt_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "cache_write_tokens": self.cache_write_tokens,
             "uncached_tokens": self.uncached_tokens,
-            "output_tokens": self.output_tokens,
             "hit_rate": round(self.hit_rate, 6),
             "cost_usd": round(self.cost_usd, 6),
-            "unpriced": self.unpriced,
         }
+
+
+@dataclass(slots=True)
+class UsageTotals(TokenTotals):
+    """Running totals of reported usage over requests (a session's, or a lineage's). ``cost_usd`` sums the
+    requests whose cost is known, ``unpriced`` counts the others; ``output_tokens`` sums the reported ones."""
+
+    output_tokens: int = 0
+    unpriced: int = 0
+
+    def add(self, usage: CacheUsage, cost: float | None) -> None:
+        """Accumulate one request."""
+        self.count(usage)
+        self.output_tokens += usage.output_tokens or 0
+        if cost is None:
+            self.unpriced += 1
+        else:
+            self.cost_usd += cost
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: :meth:`TokenTotals.to_dict` plus ``output_tokens`` and ``unpriced``."""
+        return {**TokenTotals.to_dict(self), "output_tokens": self.output_tokens, "unpriced": self.unpriced}

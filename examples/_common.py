@@ -6,10 +6,12 @@ The examples are ordinary agent loops; agentcache appears only where the client 
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import logging
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,7 +146,7 @@ class Recorder:
                     "prompt_tokens": u.prompt_tokens if u else None,
                     "cached_tokens": u.cache_read_tokens if u else None,
                     "repairs": list(e.report.repairs),
-                "break": e.report.reuse_boundary.cause,
+                    "break": e.report.reuse_boundary.cause,
                     "cost_usd": e.report.cost_usd,
                 }
             )
@@ -182,3 +184,22 @@ def print_summary(result: dict[str, Any], as_json: bool) -> None:
             f"{','.join(row['repairs']) or '-'}"
         )
     print(f"\nlineage totals: {result['lineage_totals']}")
+
+
+def agent_args(
+    doc: str, default_task: str, base_url_env: str, model_env: str, default_model: str, argv: list[str] | None
+) -> argparse.Namespace:
+    """The command line the SDK agent examples share: task, ``--base-url`` (default ``$base_url_env``),
+    ``--model`` (default ``$model_env`` or ``default_model``), turn and token limits, ``--json``, ``--verbose``
+    (which also turns on agentcache's lifecycle logs)."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("task", nargs="?", default=default_task)
+    p.add_argument("--base-url", default=os.environ.get(base_url_env))
+    p.add_argument("--model", default=os.environ.get(model_env, default_model))
+    p.add_argument("--max-turns", type=int, default=6)
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--verbose", action="store_true", help="log agentcache's lifecycle events")
+    a = p.parse_args(argv)
+    configure_logs(a.verbose)
+    return a

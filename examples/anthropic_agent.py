@@ -19,13 +19,12 @@ reviewer subagent checks the answer (a fork made by the orchestrator, not by the
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Any
 
 import anthropic
-from _common import SYSTEM, Recorder, anthropic_tools, configure_logs, parse_args, print_summary, run_tool, summary
+from _common import SYSTEM, Recorder, agent_args, anthropic_tools, parse_args, print_summary, run_tool, summary
 
 import agentcache
 
@@ -101,16 +100,7 @@ def review(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("task", nargs="?", default=DEFAULT_TASK)
-    p.add_argument("--base-url", default=os.environ.get("ANTHROPIC_BASE_URL"))
-    p.add_argument("--model", default=os.environ.get("ANTHROPIC_MODEL", "claude-sonnet-4-5"))
-    p.add_argument("--max-turns", type=int, default=6)
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("--verbose", action="store_true", help="log agentcache's lifecycle events")
-    a = p.parse_args(argv)
-    configure_logs(a.verbose)
+    a = agent_args(__doc__ or "", DEFAULT_TASK, "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "claude-sonnet-4-5", argv)
 
     recorder = Recorder()
     sessions = agentcache.Sessions(sinks=[recorder])

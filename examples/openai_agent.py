@@ -19,13 +19,12 @@ reviewer subagent streams its answer (``stream_options.include_usage`` makes the
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Any
 
 import openai
-from _common import SYSTEM, Recorder, configure_logs, openai_tools, parse_args, print_summary, run_tool, summary
+from _common import SYSTEM, Recorder, agent_args, openai_tools, parse_args, print_summary, run_tool, summary
 
 import agentcache
 
@@ -98,16 +97,7 @@ def review(parent: agentcache.Session, sdk: openai.OpenAI, task: str, answer: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("task", nargs="?", default=DEFAULT_TASK)
-    p.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
-    p.add_argument("--model", default=os.environ.get("OPENAI_MODEL", "gpt-4o"))
-    p.add_argument("--max-turns", type=int, default=6)
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("--verbose", action="store_true", help="log agentcache's lifecycle events")
-    a = p.parse_args(argv)
-    configure_logs(a.verbose)
+    a = agent_args(__doc__ or "", DEFAULT_TASK, "OPENAI_BASE_URL", "OPENAI_MODEL", "gpt-4o", argv)
 
     recorder = Recorder()
     sessions = agentcache.Sessions(sinks=[recorder])
