@@ -95,6 +95,42 @@ def require_content(value: Any, where: str) -> None:
     require_list(value, where)
 
 
+def wanted_items(markers: tuple[tuple[str, str], ...], field: str) -> set[int]:
+    """Indices ``i`` of the ``field[i]...`` items that ``markers`` name (paths parsed once, not per unit)."""
+    out: set[int] = set()
+    for path, _ in markers:
+        parts = parse_path(path)
+        if len(parts) > 1 and parts[0] == field and isinstance(parts[1], int):
+            out.add(parts[1])
+    return out
+
+
+def content_units(
+    items: Any, field: str, key: str, wanted: set[int], *, strings: bool, roles_only: bool = False
+) -> list[tuple[str, Any]]:
+    """``(path, unit)`` of the message content units a marker writer must visit: every unit of a ``wanted``
+    item, and elsewhere only the units that carry ``key`` now (the others stay as they are, so a long history
+    costs one membership test per unit). ``strings``: a non-empty string content is a unit (markable);
+    ``roles_only``: skip items without a ``role`` (Responses items that are not messages)."""
+    units: list[tuple[str, Any]] = []
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict) or (roles_only and not item.get("role")):
+            continue
+        content = item.get("content")
+        if isinstance(content, list) and content:
+            if i in wanted:
+                units += [(f"{field}[{i}].content[{j}]", blk) for j, blk in enumerate(content)]
+            else:
+                units += [
+                    (f"{field}[{i}].content[{j}]", blk)
+                    for j, blk in enumerate(content)
+                    if isinstance(blk, dict) and key in blk
+                ]
+        elif i in wanted and (not strings or (isinstance(content, str) and content)):
+            units.append((f"{field}[{i}].content", content))
+    return units
+
+
 def write_markers(
     body: dict[str, Any],
     units: list[tuple[str, Any]],
@@ -103,10 +139,10 @@ def write_markers(
     value: Callable[[str], Any],
     text_type: str = "text",
 ) -> dict[str, Any]:
-    """A copy of ``body`` where, among ``units`` (``(path, unit)`` for every unit of ``body`` that may carry a
-    marker), exactly the ``(path, ttl)`` pairs of ``markers`` carry ``key: value(ttl)``. A string unit that
-    gets a marker becomes a one-element list of ``{"type": text_type, "text": ...}``. Raises InputError for a
-    marker path not among ``units``."""
+    """A copy of ``body`` where, among ``units`` (``(path, unit)`` for every unit of ``body`` that carries a
+    marker or may be given one), exactly the ``(path, ttl)`` pairs of ``markers`` carry ``key: value(ttl)``.
+    A string unit that gets a marker becomes a one-element list of ``{"type": text_type, "text": ...}``.
+    Raises InputError for a marker path not among ``units``."""
     want = dict(markers)
     out = body
     for path, unit in units:

@@ -17,7 +17,15 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, require_content, require_dict, require_list, write_markers
+from ._wire import (
+    apply_common,
+    content_units,
+    require_content,
+    require_dict,
+    require_list,
+    wanted_items,
+    write_markers,
+)
 
 API = "anthropic.messages"
 #: Options that invalidate message blocks but not tools/system.
@@ -78,19 +86,20 @@ def _cache_control(ttl: str) -> dict[str, str]:
 
 def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """A copy of ``body`` whose block markers are exactly ``markers`` (``(path, ttl)`` pairs)."""
-    units: list[tuple[str, Any]] = [(f"tools[{i}]", t) for i, t in enumerate(body.get("tools") or [])]
+    key = "cache_control"
+    tools_wanted = wanted_items(markers, "tools")
+    units: list[tuple[str, Any]] = [
+        (f"tools[{i}]", t)
+        for i, t in enumerate(body.get("tools") or [])
+        if i in tools_wanted or (isinstance(t, dict) and key in t)
+    ]
     system = body.get("system")
     if isinstance(system, list):
         units += [(f"system[{i}]", blk) for i, blk in enumerate(system)]
     elif isinstance(system, str) and system:
         units.append(("system", system))
-    for i, msg in enumerate(body.get("messages") or []):
-        content = msg.get("content") if isinstance(msg, dict) else None
-        if isinstance(content, list) and content:
-            units += [(f"messages[{i}].content[{j}]", blk) for j, blk in enumerate(content)]
-        else:
-            units.append((f"messages[{i}].content", content))
-    return write_markers(body, units, markers, "cache_control", _cache_control)
+    units += content_units(body.get("messages"), "messages", key, wanted_items(markers, "messages"), strings=False)
+    return write_markers(body, units, markers, key, _cache_control)
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:

@@ -16,7 +16,15 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, require_content, require_dict, require_list, write_markers
+from ._wire import (
+    apply_common,
+    content_units,
+    require_content,
+    require_dict,
+    require_list,
+    wanted_items,
+    write_markers,
+)
 
 API = "openai.chat"
 #: Options rendered with the tool definitions, ahead of the messages.
@@ -90,13 +98,8 @@ def breakpoint_value(ttl: str) -> dict[str, str]:
 
 def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """A copy of ``body`` whose ``prompt_cache_breakpoint`` parts are exactly ``markers`` (gpt-5.6+)."""
-    units: list[tuple[str, Any]] = []
-    for i, msg in enumerate(body.get("messages") or []):
-        content = msg.get("content") if isinstance(msg, dict) else None
-        if isinstance(content, list) and content:
-            units += [(f"messages[{i}].content[{j}]", blk) for j, blk in enumerate(content)]
-        elif isinstance(content, str) and content:
-            units.append((f"messages[{i}].content", content))
+    key = "prompt_cache_breakpoint"
+    units = content_units(body.get("messages"), "messages", key, wanted_items(markers, "messages"), strings=True)
     return write_markers(body, units, markers, "prompt_cache_breakpoint", breakpoint_value)
 
 

@@ -16,7 +16,15 @@ from agentcache._exceptions import InputError
 from agentcache._tokens import TokenCounter
 
 from ._plan import WirePlan
-from ._wire import apply_common, require_content, require_dict, require_list, write_markers
+from ._wire import (
+    apply_common,
+    content_units,
+    require_content,
+    require_dict,
+    require_list,
+    wanted_items,
+    write_markers,
+)
 from .openai_chat import SYSTEM_ROLES, breakpoint_value, cache_mode_of, retention_of
 
 API = "openai.responses"
@@ -71,14 +79,9 @@ def canonicalize(
 
 def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     """A copy of ``body`` whose ``prompt_cache_breakpoint`` parts are exactly ``markers`` (gpt-5.6+)."""
-    units: list[tuple[str, Any]] = []
-    items = body.get("input")
-    for i, item in enumerate(items if isinstance(items, list) else []):
-        content = item.get("content") if isinstance(item, dict) and item.get("role") else None
-        if isinstance(content, list) and content:
-            units += [(f"input[{i}].content[{j}]", blk) for j, blk in enumerate(content)]
-        elif isinstance(content, str) and content:
-            units.append((f"input[{i}].content", content))
+    key = "prompt_cache_breakpoint"
+    wanted = wanted_items(markers, "input")
+    units = content_units(body.get("input"), "input", key, wanted, strings=True, roles_only=True)
     return write_markers(body, units, markers, "prompt_cache_breakpoint", breakpoint_value, "input_text")
 
 

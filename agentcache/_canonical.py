@@ -416,7 +416,10 @@ def with_markers(req: CanonicalRequest, markers: Mapping[int, Marker], top: Mark
     top-level marker is ``top``. Markers are not content: digests and chain are unchanged."""
     from dataclasses import replace
 
-    blocks = tuple(
-        b if b.marker == markers.get(i) else replace(b, marker=markers.get(i)) for i, b in enumerate(req.blocks)
-    )
-    return replace(req, blocks=blocks, top_marker=top)
+    blocks = list(req.blocks)
+    # Only blocks marked now or to be marked change: a walk over the rest would cost O(n) Python work per turn.
+    for i in {*markers, *(i for i, b in enumerate(blocks) if b.marker is not None)}:
+        want = markers.get(i)
+        if blocks[i].marker != want:
+            blocks[i] = replace(blocks[i], marker=want)
+    return replace(req, blocks=tuple(blocks), top_marker=top)

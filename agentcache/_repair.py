@@ -109,13 +109,16 @@ def _repair_system(
     new = [b for b in canon.blocks if b.section == "system" and b.message is None]
     if [b.digest for b in old] == [b.digest for b in new] or not old or not new:
         return
+    key = "instructions" if "instructions" in sent_body else "system"
+    if client_prev is not None:
+        prev = [b.digest for b in client_prev.blocks if b.section == "system" and b.message is None]
+        if prev == [b.digest for b in new]:
+            # The client's system is as it was last turn, so what went out for it then was equivalent (a repair
+            # or agentcache's own reshaping): send it again, nothing new to report.
+            replace[key] = sent_body[key]
+            return
     if [value_digest(b) for b in old] == [value_digest(b) for b in new]:
-        key = "instructions" if "instructions" in sent_body else "system"
         replace[key] = sent_body[key]
-        if client_prev is not None:
-            prev = [b.digest for b in client_prev.blocks if b.section == "system" and b.message is None]
-            if prev == [b.digest for b in new]:
-                return  # the client's system is as before: the other form was agentcache's
         repaired.append(
             C.MESSAGES_SHAPE if old[0].path.endswith("]") != new[0].path.endswith("]") else C.MESSAGES_SERIALIZATION
         )
@@ -139,6 +142,7 @@ def _repair_messages(
         first = 0
     old_spans, new_spans = sent.message_spans(), canon.message_spans()  # once: O(n), not per message
     prev_spans = client_prev.message_spans() if client_prev is not None else {}
+    prev_blocks = client_prev.blocks if client_prev is not None else ()
     for k, (lo, hi) in sorted(old_spans.items()):
         if k < first:
             continue
@@ -147,12 +151,13 @@ def _repair_messages(
         old, new = sent.blocks[lo:hi], canon.blocks[slice(*new_spans[k])]
         if [b.digest for b in old] == [b.digest for b in new]:
             continue
+        if k in prev_spans and [b.digest for b in prev_blocks[slice(*prev_spans[k])]] == [b.digest for b in new]:
+            # The client's message is as it was last turn, so what went out for it then was equivalent (a
+            # repair, or agentcache's own reshaping of a string to carry a marker): send it again, silently.
+            replace[f"{field_name}[{k}]"] = old_msgs[k]
+            continue
         if [value_digest(b) for b in old] != [value_digest(b) for b in new]:
             return  # a real change: leave it and everything after it alone
         flip = any(b.path.endswith(".content") for b in old) != any(b.path.endswith(".content") for b in new)
         replace[f"{field_name}[{k}]"] = old_msgs[k]
-        if client_prev is not None and k in prev_spans:
-            prev = client_prev.blocks[slice(*prev_spans[k])]
-            if [b.digest for b in prev] == [b.digest for b in new]:
-                continue  # the client's message is as before: the other form was agentcache's
         repaired.append(C.MESSAGES_SHAPE if flip else C.MESSAGES_SERIALIZATION)
