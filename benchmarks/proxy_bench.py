@@ -283,6 +283,35 @@ def _start(argv: list[str], port: int, env: dict[str, str] | None = None) -> sub
     return proc
 
 
+def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, float]]:
+    """In-process cost (ms) of the proxy's per-request steps before the upstream call, on the same bodies:
+    parse with source texts, session-inference checkpoints, ``SessionPipeline.prepare``, the spliced upstream
+    body, ``commit``. Medians and means over every turn of ``sessions`` conversations (the first 10 warm up)."""
+    from agentcache._pipeline import SessionPipeline
+    from agentcache._rawjson import dumps_spliced, loads
+    from agentcache.proxy._sessions import checkpoints_of
+
+    steps: dict[str, list[float]] = {k: [] for k in ("parse", "checkpoints", "prepare", "body", "commit", "total")}
+    for n in range(sessions):
+        pipe = SessionPipeline("anthropic")
+        for raw in convs.session(0):
+            t0 = time.perf_counter()
+            body, texts = loads(raw)
+            t1 = time.perf_counter()
+            checkpoints_of("anthropic.messages", body, texts)
+            t2 = time.perf_counter()
+            prepared = pipe.prepare("anthropic.messages", body, now=time.time(), raw=texts)
+            t3 = time.perf_counter()
+            dumps_spliced(prepared.body, texts)
+            t4 = time.perf_counter()
+            pipe.commit(prepared)
+            t5 = time.perf_counter()
+            if n >= 10:
+                for name, sec in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0), strict=True):
+                    steps[name].append(sec * 1000)
+    return {k: {"p50": statistics.median(v), "mean": statistics.fmean(v)} for k, v in steps.items()}
+
+
 def _rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -332,6 +361,7 @@ def main() -> None:
             targets["litellm"] = (ll_port, "/anthropic/v1/messages")
         convs = Conversations()
         results: dict[str, Any] = {"body_bytes": len(convs.session(0)[0]), "levels": {}}
+        results["breakdown"] = breakdown(Conversations())
         for streams, per in ((1, 60 if args.quick else 300), (64, 4 if args.quick else 20)):
             level: dict[str, Any] = {}
             for name, (port, path) in targets.items():
@@ -377,6 +407,10 @@ def _markdown(r: dict[str, Any]) -> str:
             lines.append(f"| {streams} | agentcache added / litellm added | | | | | | | {ratios[0]} | {ratios[1]} |")
     lines.append("")
     lines.append("times in ms; added = target percentile − direct percentile (whole response)")
+    if "breakdown" in r:
+        lines += ["", "agentcache's steps before the upstream call, in process on the same bodies (ms):", "",
+                  "| step | p50 | mean |", "|---|---:|---:|"]  # fmt: skip
+        lines += [f"| {k} | {v['p50']:.3f} | {v['mean']:.3f} |" for k, v in r["breakdown"].items()]
     if "memory_kb" in r:
         steps = " → ".join(f"{kb / 1024:.0f}" for kb in r["memory_kb"])
         lines.append(
