@@ -52,7 +52,17 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             raw = tomllib.loads(Path(path).read_text())
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
-        data = raw.get("agentcache", raw)
+        if "agentcache" in raw:
+            data = raw["agentcache"]
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: [agentcache] must be a table")
+        else:  # top-level keys; other tables ([proxy], ...) belong to other readers
+            data = {k: v for k, v in raw.items() if not isinstance(v, dict)}
+        unknown = sorted(set(data) - set(Settings.model_fields))
+        if unknown:
+            raise ConfigError(
+                f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(Settings.model_fields)}"
+            )
     try:
         # Environment beats the file: pass file values only where no env var is set.
         env = Settings()

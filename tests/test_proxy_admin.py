@@ -116,6 +116,30 @@ def test_config_file_environment_and_arguments(tmp_path: Path, monkeypatch: pyte
         load_proxy_config(tmp_path / "missing.toml")
 
 
+def test_misplaced_or_unknown_options_are_refused_not_ignored(tmp_path: Path) -> None:
+    """A keep_warm under [proxy] (or a typo) used to be dropped silently; now the file is refused, and the
+    pipeline settings read both an [agentcache] table and top-level keys next to a [proxy] table."""
+    from agentcache._config import load_settings
+    from agentcache.proxy._config import unknown_env
+
+    path = tmp_path / "agentcache.toml"
+    path.write_text("[proxy]\nport = 9000\nkeep_warm = true\n")
+    with pytest.raises(ConfigError, match=r"keep_warm: a pipeline setting, it goes under \[agentcache\]"):
+        load_proxy_config(path)
+    path.write_text("[proxy]\nprot = 9000\n")
+    with pytest.raises(ConfigError, match=r"unknown \[proxy\] option.*prot"):
+        load_proxy_config(path)
+    path.write_text("[agentcache]\nkeep_warm = true\nkeepwarm = true\n")
+    with pytest.raises(ConfigError, match=r"unknown setting.*keepwarm"):
+        load_settings(path)
+    path.write_text("keep_warm = true\n[proxy]\nport = 9000\n")
+    assert load_settings(path).keep_warm is True and load_proxy_config(path).port == 9000
+    path.write_text("[agentcache]\nkeep_warm = true\n[proxy]\nport = 9001\n")
+    assert load_settings(path).keep_warm is True and load_proxy_config(path).port == 9001
+    env = {"AGENTCACHE_PROXY_PORT": "1", "AGENTCACHE_PROXY_KEEP_WARM": "1", "AGENTCACHE_KEEP_WARM": "1"}
+    assert unknown_env(env) == ["AGENTCACHE_PROXY_KEEP_WARM"]
+
+
 def test_tenant_hash_hides_the_key() -> None:
     salt = "s"
     a = tenant_of({"x-api-key": "k1"}, salt)

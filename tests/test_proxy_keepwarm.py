@@ -130,6 +130,26 @@ def test_keep_warm_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     asyncio.run(scenario())
 
 
+def test_no_keep_warm_in_front_of_a_local_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--engine llama``/``sglang``: the engine has no TTL to bridge, so nothing is scheduled."""
+    clock = Clock()
+    clock.install(monkeypatch)
+
+    async def scenario() -> None:
+        fake = FakeUpstream()
+        app = create_app(ProxyConfig(engine="llama"), settings=Settings(keep_warm=True, ttl_policy="5m"),
+                         transport=fake.transport())  # fmt: skip
+        state: ProxyState = app.state.proxy
+        transport = httpx.ASGITransport(app=app)
+        async with state.running(), httpx.AsyncClient(transport=transport, base_url="http://p") as client:
+            for n in (1, 3, 5):
+                await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=HEADERS)
+                clock.now += 600
+            assert len(state.keep_warm) == 0 and len(_turns(fake)) == 3
+
+    asyncio.run(scenario())
+
+
 def test_keeper_stops_after_a_refused_refresh_and_drops_a_stale_session() -> None:
     answers = [httpx.Response(200, json={"usage": {"input_tokens": 3, "cache_read_input_tokens": 5000}}),
                httpx.Response(429, json={"type": "error"})]  # fmt: skip

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -144,6 +145,13 @@ def load_proxy_config(path: str | Path | None = None, **overrides: Any) -> Proxy
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [proxy] must be a table")
         data = dict(table)
+        unknown = sorted(set(data) - set(ProxyConfig.model_fields))
+        if unknown:
+            from .._config import Settings
+
+            hint = [k for k in unknown if k in Settings.model_fields]
+            where = f" ({', '.join(hint)}: a pipeline setting, it goes under [agentcache])" if hint else ""
+            raise ConfigError(f"{path}: unknown [proxy] option(s) {', '.join(unknown)}{where}")
     try:
         env = ProxyConfig()
         from_env = {k: v for k, v in env.model_dump().items() if k in env.model_fields_set}
@@ -151,3 +159,9 @@ def load_proxy_config(path: str | Path | None = None, **overrides: Any) -> Proxy
         return ProxyConfig.model_validate({**data, **from_env, **given})
     except ValueError as exc:
         raise ConfigError(f"invalid proxy settings: {exc}") from None
+
+
+def unknown_env(environ: Mapping[str, str]) -> list[str]:
+    """``AGENTCACHE_PROXY_*`` variables in ``environ`` that name no proxy option (pydantic ignores them)."""
+    known = {f"AGENTCACHE_PROXY_{name.upper()}" for name in ProxyConfig.model_fields}
+    return sorted(k for k in environ if k.upper().startswith("AGENTCACHE_PROXY_") and k.upper() not in known)

@@ -203,8 +203,8 @@ async def _commit(state: ProxyState, turn: Turn) -> None:
 
 def _keep_warm(state: ProxyState, turn: Turn, url: str, headers: list[tuple[bytes, bytes]]) -> None:
     """After a committed Anthropic turn, schedule keep-warm requests when the TTL policy says they pay."""
-    if turn.api != "anthropic.messages" or state.config.provider_for(turn.api) != "anthropic":
-        return
+    if turn.api != "anthropic.messages" or state.config.engine != "none":
+        return  # a local engine (--engine) has no TTL to bridge
     try:
         sess = turn.session
         decision = sess.pipe.keep_warm()

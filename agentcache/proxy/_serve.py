@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import structlog
 
-from .._config import Settings
+from .._config import Settings, get_settings
 from ._app import create_app
-from ._config import ProxyConfig, is_loopback
+from ._config import ProxyConfig, is_loopback, unknown_env
 
 __all__ = ["serve"]
 
@@ -20,6 +22,9 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
 
     if not is_loopback(config.host) and not config.admin_token:
         log.warning("proxy.admin_disabled", host=config.host, reason="bound beyond loopback without an admin token")
+    for name in unknown_env(os.environ):
+        log.warning("proxy.unknown_env", name=name, hint="not a proxy option; pipeline settings are AGENTCACHE_<NAME>")
+    settings = settings or get_settings()
     app = create_app(config, settings=settings)
     log.info(
         "proxy.start",
@@ -28,6 +33,7 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         upstream=config.upstream_url,
         engine=config.engine,
         store="redis" if config.redis_url else "memory",
+        settings=settings.model_dump(),
     )
     uvicorn.run(
         app,
@@ -37,4 +43,5 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=10,
+        server_header=False,  # the upstream's own server header is relayed; one is enough
     )
