@@ -38,10 +38,13 @@ class Clock:
 
 @asynccontextmanager
 async def served(
-    settings: Settings, fake: FakeUpstream, sleep: Callable[[float], Awaitable[Any]] | None = None
+    settings: Settings,
+    fake: FakeUpstream,
+    sleep: Callable[[float], Awaitable[Any]] | None = None,
+    config: ProxyConfig | None = None,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, ProxyState]]:
     """The proxy in-process in front of ``fake``; keep-warm waits go through ``sleep``."""
-    app = create_app(ProxyConfig(), settings=settings, transport=fake.transport())
+    app = create_app(config or ProxyConfig(), settings=settings, transport=fake.transport())
     state: ProxyState = app.state.proxy
     if sleep is not None:
         state.keep_warm._sleep = sleep
@@ -137,11 +140,8 @@ def test_no_keep_warm_in_front_of_a_local_engine(monkeypatch: pytest.MonkeyPatch
 
     async def scenario() -> None:
         fake = FakeUpstream()
-        app = create_app(ProxyConfig(engine="llama"), settings=Settings(keep_warm=True, ttl_policy="5m"),
-                         transport=fake.transport())  # fmt: skip
-        state: ProxyState = app.state.proxy
-        transport = httpx.ASGITransport(app=app)
-        async with state.running(), httpx.AsyncClient(transport=transport, base_url="http://p") as client:
+        settings = Settings(keep_warm=True, ttl_policy="5m")
+        async with served(settings, fake, config=ProxyConfig(engine="llama")) as (client, state):
             for n in (1, 3, 5):
                 await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=HEADERS)
                 clock.now += 600
