@@ -298,10 +298,13 @@ def serve_command(
 def proxy_command(
     ctx: typer.Context,
     upstream: Annotated[
-        str | None, typer.Option(help="anthropic, openai, or the base URL of an engine (SGLang, llama.cpp...).")
+        str | None,
+        typer.Option(
+            help="anthropic, openai, or the base URL of an engine (SGLang, llama.cpp...). Default: anthropic."
+        ),
     ] = None,
     host: Annotated[
-        str | None, typer.Option(help="Address to bind (admin endpoints need a token off loopback).")
+        str | None, typer.Option(help="Address to bind (default 127.0.0.1; admin endpoints need a token off loopback).")
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port to bind (default 8787).")] = None,
     config: Annotated[
@@ -309,7 +312,7 @@ def proxy_command(
         typer.Option("--config", help="TOML file: \\[proxy] for the proxy, \\[agentcache] for the pipeline."),
     ] = None,
     engine: Annotated[
-        str | None, typer.Option(help="sglang: add session_id and post /close_session; llama; none.")
+        str | None, typer.Option(help="sglang: add session_id and post /close_session; llama; none (default).")
     ] = None,
     admin_token: Annotated[
         str | None,
@@ -318,8 +321,12 @@ def proxy_command(
     redis_url: Annotated[
         str | None, typer.Option(envvar="AGENTCACHE_REDIS_URL", help="Share sessions between replicas (redis://...).")
     ] = None,
-    max_body_bytes: Annotated[int | None, typer.Option(help="Largest request body read (413 above).")] = None,
-    idle_timeout: Annotated[float | None, typer.Option(help="Seconds after which an idle session closes.")] = None,
+    max_body_bytes: Annotated[
+        int | None, typer.Option(help="Largest request body read, bytes (413 above; default 32 MiB).")
+    ] = None,
+    idle_timeout: Annotated[
+        float | None, typer.Option(help="Seconds after which an idle session closes (default 3600).")
+    ] = None,
 ) -> None:
     """Run the drop-in proxy: point ANTHROPIC_BASE_URL / OPENAI_BASE_URL (…/v1) at it."""
     try:

@@ -211,3 +211,47 @@ def test_client_disconnect_reported_by_send_closes_the_upstream() -> None:
 
     run(scenario())
     assert closed.is_set() and [o.status for o in outcomes] == ["client_gone"]
+
+
+def test_client_leaving_right_after_the_terminal_event_is_a_complete_exchange() -> None:
+    """An SDK that stops reading at ``message_stop`` closes before the chunked terminator arrives: the relay
+    sees a disconnect, but the client had the whole stream (the usage tap saw the terminal event)."""
+    from agentcache.proxy._forward import StreamOutcome, UpstreamResponse, UsageTap
+
+    events = [b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":5}}}\n\n',
+              b'event: message_stop\ndata: {"type":"message_stop"}\n\n']  # fmt: skip
+    outcomes: list[StreamOutcome] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        for chunk in events:
+            yield chunk
+            await asyncio.sleep(0.05)  # the client's disconnect can arrive between events
+        await asyncio.sleep(3600)  # the upstream's end of body comes late
+
+    async def scenario(cut_after: int) -> None:
+        async with httpx.AsyncClient(
+            transport=httpx.MockTransport(lambda r: httpx.Response(200, content=body()))
+        ) as client:
+            upstream = await client.send(client.build_request("POST", "http://x/v1/messages"), stream=True)
+        sent: list[dict[str, Any]] = []
+        gone = asyncio.Event()
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+            if len(sent) == 1 + cut_after:
+                gone.set()
+
+        async def receive() -> dict[str, Any]:
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def done(outcome: StreamOutcome) -> None:
+            outcomes.append(outcome)
+
+        tap = UsageTap("anthropic.messages", "text/event-stream")
+        response = UpstreamResponse(upstream, started=0.0, tap=tap, on_done=done)
+        await response({"type": "http"}, receive, send)  # type: ignore[arg-type]
+
+    run(scenario(cut_after=2))  # both events delivered, then the client left
+    run(scenario(cut_after=1))  # left after message_start: gave up mid-stream
+    assert [o.status for o in outcomes] == ["complete", "client_gone"]

@@ -102,6 +102,8 @@ class UsageTap:
         self._buf = bytearray()
         self._doc: dict[str, Any] | None = None
         self._timings: dict[str, Any] | None = None
+        #: The stream's terminal event went past (``message_stop``, ``[DONE]``, ``response.completed``).
+        self.ended = False
 
     def feed(self, chunk: bytes) -> None:
         """Take one raw (possibly compressed) chunk."""
@@ -129,6 +131,10 @@ class UsageTap:
         lines = bytes(self._buf[:end]).split(b"\n")
         del self._buf[: end + 1]
         for line in lines:
+            if line.startswith(b"data:") and (
+                b"[DONE]" in line or b'"message_stop"' in line or b'"response.completed"' in line
+            ):
+                self.ended = True
             if line.startswith(b"data:") and (b'"usage"' in line or b'"timings"' in line):
                 try:
                     obj = json.loads(line[5:])
@@ -278,11 +284,20 @@ class UpstreamResponse(Response):
         if self._error is not None and not self._client_gone:
             raise UpstreamStreamError(f"upstream stream broken: {type(self._error).__name__}") from self._error
 
+    def _body_complete(self) -> bool:
+        """Whether the client had the whole body before it went away: a disconnect right after the last
+        byte (a client that stops reading at the terminal event, or at ``content-length``) is a complete
+        exchange, not a client that gave up."""
+        if self._tap is not None and self._tap.ended:
+            return True
+        length = self.upstream.headers.get("content-length", "")
+        return length.isdigit() and int(length) == self._sent
+
     def _outcome(self) -> StreamOutcome:
         usage = self._tap.result() if self._tap is not None and self._error is None else None
         if self._error is not None:
             status, err = "upstream_error", type(self._error).__name__
-        elif self._client_gone:
+        elif self._client_gone and not self._body_complete():
             status, err = "client_gone", None
         else:
             status, err = "complete", None
