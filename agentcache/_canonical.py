@@ -148,8 +148,9 @@ class CanonicalRequest:
 class BlockCache:
     """The blocks of the units one session sent recently, keyed by (position, wire text), so a new
     turn re-uses the blocks of every unchanged message instead of rebuilding them: per-turn work is
-    then one C-level JSON encoding per message plus the work on the new blocks. Bounded: entries no
-    request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
+    then one lookup per message (keyed by its source text when the body came through
+    :func:`agentcache._rawjson.loads`, else by one C-level JSON encoding) plus the work on the new blocks.
+    Bounded: entries no request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
 
     __slots__ = ("_age", "_by_id", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses")
 
