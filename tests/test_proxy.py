@@ -243,3 +243,45 @@ def test_usage_tap_reads_split_and_compressed_bodies() -> None:
         pipeline=True,
     )
     assert headers == [(b"x-api-key", b"k"), (b"Accept-Encoding", b"gzip")]
+
+
+def test_upstream_cookies_never_reach_another_request_and_no_headers_are_added() -> None:
+    """An upstream ``Set-Cookie`` goes back to the caller only; later requests (another tenant's) carry no
+    cookie the proxy kept, and the proxy adds no ``Accept-Encoding``/``User-Agent`` the caller did not send."""
+    import httpx
+
+    async def scenario() -> None:
+        async with proxy() as (client, _state, fake):
+            fake.fault = lambda seen: httpx.Response(
+                200, json={"ok": True}, headers={"set-cookie": "__cf_bm=tenant-a-secret; Path=/"}
+            )
+            r = await client.get("/v1/models", headers={"x-api-key": "sk-a"})
+            assert r.headers["set-cookie"].startswith("__cf_bm=tenant-a-secret")
+            fake.fault = None
+            client.cookies.clear()  # from here on, another caller (the test client would send it back itself)
+            for name in ("accept-encoding", "user-agent", "accept"):
+                client.headers.pop(name, None)
+            raw = b'{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
+            headers = {"x-api-key": "sk-b", "content-type": "application/json"}
+            await client.post("/v1/messages", content=raw, headers=headers)
+            await client.get("/v1/models", headers={"x-api-key": "sk-b"})
+            assert len(fake.requests) == 3
+            for seen in fake.requests[1:]:
+                assert "cookie" not in seen.headers
+                assert "accept-encoding" not in seen.headers and "user-agent" not in seen.headers
+                assert seen.headers["x-api-key"] == "sk-b"
+
+    run(scenario())
+
+
+def test_env_proxy_is_decided_once_for_the_upstream(monkeypatch: Any) -> None:
+    from agentcache.proxy._transport import env_proxy
+
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    assert env_proxy("https://api.anthropic.com") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://corp:3128")
+    assert env_proxy("https://api.anthropic.com") == "http://corp:3128"
+    monkeypatch.setenv("NO_PROXY", "anthropic.com")
+    assert env_proxy("https://api.anthropic.com") is None

@@ -157,7 +157,7 @@ def test_upstream_cut_mid_stream_cuts_the_client(stack: tuple[RawUpstream, Serve
 
 def _inflight(state: Any) -> int:
     """Requests the upstream transport's pools count as in flight (0 once every response is closed)."""
-    return sum(state.client._transport._inflight)
+    return sum(state.client.transport._inflight)
 
 
 def test_client_gone_releases_the_upstream_connection(stack: tuple[RawUpstream, ServerThread, Any]) -> None:

@@ -27,6 +27,7 @@ import structlog
 
 from .._usage import CacheUsage, normalize_usage
 from ..policies import KeepWarmDecision
+from ._transport import UpstreamClient
 
 __all__ = ["KeepWarmer"]
 
@@ -42,7 +43,7 @@ class KeepWarmer:
 
     def __init__(
         self,
-        client: Callable[[], httpx.AsyncClient],
+        client: Callable[[], UpstreamClient],
         on_sent: Callable[[str, CacheUsage | None, str], None],
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:

@@ -29,7 +29,7 @@ from ._live import LiveReport
 from ._metrics import ProxyMetrics, model_label
 from ._sessions import LiveSession, ScopeRegistry
 from ._store import MemoryStore, SessionStore, StoreUnavailable
-from ._transport import ShardedTransport
+from ._transport import ShardedTransport, UpstreamClient, env_proxy
 
 __all__ = ["ProxyState"]
 
@@ -56,7 +56,7 @@ class ProxyState:
         self.scopes = ScopeRegistry()
         self.sinks: tuple[Sink, ...] = (self.metrics.sink,)
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._client: UpstreamClient | None = None
         self.store: SessionStore = store if store is not None else self._default_store()
         self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -85,7 +85,7 @@ class ProxyState:
     # ---- lifecycle of the process ---------------------------------------------------------------
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> UpstreamClient:
         """The pooled upstream client (created by :meth:`startup`)."""
         if self._client is None:
             raise RuntimeError("the proxy is not started")
@@ -95,16 +95,13 @@ class ProxyState:
         """Create the pooled upstream client and start the idle sweeper."""
         c = self.config
         limits = httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=c.max_keepalive)
-        transport = self._transport or ShardedTransport(c.upstream_pools, limits)
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(
-                connect=c.connect_timeout, read=c.read_timeout, write=c.write_timeout, pool=c.pool_timeout
-            ),
-            limits=limits,
-            transport=transport,
-            trust_env=not c.upstream_is_loopback,
-            follow_redirects=False,
+        trust_env = not c.upstream_is_loopback  # no env proxy or cert settings for a local engine
+        proxy = env_proxy(c.upstream_url) if trust_env else None
+        transport = self._transport or ShardedTransport(c.upstream_pools, limits, proxy=proxy, trust_env=trust_env)
+        timeout = httpx.Timeout(
+            connect=c.connect_timeout, read=c.read_timeout, write=c.write_timeout, pool=c.pool_timeout
         )
+        self._client = UpstreamClient(transport, timeout)
         self.metrics.live_sessions.set_function(lambda: float(self.store.live()))
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
@@ -164,7 +161,7 @@ class ProxyState:
         """Send ``req`` (streaming); an upstream failure before any response becomes a 502/504 error response
         in ``style``."""
         try:
-            return await self.client.send(req, stream=True)
+            return await self.client.send(req)
         except httpx.HTTPError as exc:
             status, message, kind = upstream_failure(exc)
             self.metrics.upstream_errors.labels(route, kind).inc()
