@@ -139,7 +139,19 @@ def _repair_messages(
         return  # append-only (the common case): nothing to repair, O(log n)
     first = sent.blocks[n].message
     if first is None:
-        first = 0
+        # The divergence is before the messages (tools, system, options): the chain cannot say where the
+        # messages start to differ, so compare their block digests once, aligned at the first message.
+        so = next((i for i, b in enumerate(sent.blocks) if b.message is not None), len(sent.blocks))
+        co = next((i for i, b in enumerate(canon.blocks) if b.message is not None), len(canon.blocks))
+        pairs = zip(sent.blocks[so:], canon.blocks[co:], strict=False)
+        k = next((j for j, (a, b) in enumerate(pairs) if a.digest != b.digest), None)
+        if k is None:
+            k = len(canon.blocks) - co
+            if so + k >= len(sent.blocks):
+                return  # the messages only grew
+        first = sent.blocks[so + k].message
+        if first is None:
+            first = 0
     old_spans, new_spans = sent.message_spans(), canon.message_spans()  # once: O(n), not per message
     prev_spans = client_prev.message_spans() if client_prev is not None else {}
     prev_blocks = client_prev.blocks if client_prev is not None else ()
