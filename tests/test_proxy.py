@@ -285,3 +285,14 @@ def test_env_proxy_is_decided_once_for_the_upstream(monkeypatch: Any) -> None:
     assert env_proxy("https://api.anthropic.com") == "http://corp:3128"
     monkeypatch.setenv("NO_PROXY", "anthropic.com")
     assert env_proxy("https://api.anthropic.com") is None
+
+
+def test_health_needs_no_token_and_is_not_relayed() -> None:
+    async def scenario() -> None:
+        async with proxy(host="0.0.0.0", admin_token="secret") as (client, _state, fake):
+            r = await client.get("/agentcache/v1/health")
+            assert r.status_code == 200 and r.json() == {"status": "ok", "store": "memory", "store_ok": True}
+            assert fake.requests == []  # answered by the proxy itself
+            assert (await client.get("/metrics")).status_code == 401  # the admin endpoints still need the token
+
+    run(scenario())

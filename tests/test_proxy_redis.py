@@ -164,5 +164,17 @@ def test_redis_down_keeps_forwarding() -> None:
             metrics = state.metrics.render().decode()
             assert 'agentcache_proxy_store_errors_total{op="find"} 3.0' in metrics
             assert 'agentcache_proxy_fail_open_total{stage="prepare"} 3.0' in metrics
+            health = await client.get("/agentcache/v1/health")  # still serving: degraded, not down
+            assert health.status_code == 200
+            assert health.json() == {"status": "degraded", "store": "redis", "store_ok": False}
+
+    run(scenario())
+
+
+def test_health_with_a_live_redis(redis_url: str) -> None:
+    async def scenario() -> None:
+        async with proxy(redis_url=redis_url) as (client, _state, _fake):
+            r = await client.get("/agentcache/v1/health")
+            assert r.json() == {"status": "ok", "store": "redis", "store_ok": True}
 
     run(scenario())

@@ -9,6 +9,7 @@ route                                          served by
 ``POST /v1/responses``                         pipeline (``openai.responses``)
 ``POST /agentcache/v1/sessions/{id}/close``    close the caller's session ``id`` (namespaced by its API key)
 ``GET /agentcache/v1/report``                  live report, audit JSON schema (admin)
+``GET /agentcache/v1/health``                  the proxy's own health, for load balancers (no token)
 ``GET /metrics``                               Prometheus text format (admin)
 anything else                                  relayed as is: method, headers, body streamed both ways
 =============================================  =================================================================
@@ -107,6 +108,17 @@ def create_app(
             body["generation"] = sess.generation
         return JSONResponse(body, status_code=200 if sess is not None else 404)
 
+    async def health(request: Request) -> Response:
+        # For load balancers: no token needed, nothing about sessions. A store that does not answer leaves
+        # the proxy serving (fail open), so it is "degraded", still 200.
+        store_ok = await state.store.ping()
+        body = {
+            "status": "ok" if store_ok else "degraded",
+            "store": "redis" if state.config.redis_url else "memory",
+            "store_ok": store_ok,
+        }
+        return JSONResponse(body)
+
     async def passthrough(request: Request) -> Response:
         return await relay(state, request)
 
@@ -114,6 +126,7 @@ def create_app(
     routes += [
         Route("/agentcache/v1/sessions/{session_id}/close", close, methods=["POST"]),
         Route("/agentcache/v1/report", report, methods=["GET"]),
+        Route("/agentcache/v1/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/{path:path}", passthrough, methods=_ALL_METHODS),
     ]

@@ -358,6 +358,13 @@ class RedisStore:
         """Sessions this replica holds a local copy of."""
         return len(self._local)
 
+    async def ping(self) -> bool:
+        """See :meth:`SessionStore.ping`: a Redis ``PING`` within the client's socket timeout."""
+        try:
+            return bool(await self.redis.ping())
+        except Exception:
+            return False
+
     async def aclose(self) -> None:
         """Close the Redis connection pool."""
         try:

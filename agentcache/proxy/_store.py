@@ -90,6 +90,10 @@ class SessionStore(Protocol):
         """Live sessions this process knows of."""
         ...
 
+    async def ping(self) -> bool:
+        """Whether the store answers now (False rather than raising)."""
+        ...
+
     async def aclose(self) -> None:
         """Release connections."""
         ...
@@ -199,6 +203,10 @@ class MemoryStore:
     def live(self) -> int:
         """See :meth:`SessionStore.live`."""
         return len(self._sessions)
+
+    async def ping(self) -> bool:
+        """See :meth:`SessionStore.ping` (memory always answers)."""
+        return True
 
     @property
     def bytes(self) -> int:
