@@ -29,6 +29,7 @@ from typing import Any
 
 from ._causes import Section
 from ._rawjson import RawBody
+from ._rawjson import encode as _encode
 from ._tokens import TokenCounter, default_counter
 
 #: Keys that mark cache breakpoints on the wire; stripped from canonical bytes.
@@ -37,8 +38,6 @@ MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
 MEDIA_TYPES = frozenset({"image", "document", "image_url", "input_image", "input_file", "file", "input_audio"})
 
 
-# One encoder for the process: json.dumps with keyword arguments builds a new one per call.
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def dumps(value: Any) -> bytes:

@@ -21,13 +21,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RawBody", "dumps_spliced", "loads", "strip_markers"]
+__all__ = ["RawBody", "dumps_spliced", "encode", "loads", "strip_markers"]
 
 _scan: Any = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 _WS = re.compile(r"[ \t\n\r]*")
 _SPACE = " \t\n\r"
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+#: Compact JSON text, keys in stored order, non-ASCII kept: the one encoder of the process (``json.dumps`` with
+#: keyword arguments builds a new encoder per call). :mod:`agentcache._canonical` encodes units with it too.
+encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 @dataclass(slots=True)
@@ -142,14 +144,14 @@ def dumps_spliced(body: dict[str, Any], raw: RawBody | None) -> bytes:
     """``body`` as JSON bytes: values (and array elements) that came unchanged from the parsed request go out
     as their source text, everything else compact-encoded. Equal to the compact encoding in meaning."""
     if raw is None:
-        return _encode(body).encode()
+        return encode(body).encode()
     parts: list[str] = []
     for key, value in body.items():
         text = raw.text_of(value)
         if text is None:
             if isinstance(value, list):
-                text = "[" + ",".join([raw.text_of(v) or _encode(v) for v in value]) + "]"
+                text = "[" + ",".join([raw.text_of(v) or encode(v) for v in value]) + "]"
             else:
-                text = _encode(value)
-        parts.append(f"{_encode(key)}:{text}")
+                text = encode(value)
+        parts.append(f"{encode(key)}:{text}")
     return ("{" + ",".join(parts) + "}").encode()

@@ -131,11 +131,11 @@ class UsageTap:
         lines = bytes(self._buf[:end]).split(b"\n")
         del self._buf[: end + 1]
         for line in lines:
-            if line.startswith(b"data:") and (
-                b"[DONE]" in line or b'"message_stop"' in line or b'"response.completed"' in line
-            ):
+            if not line.startswith(b"data:"):
+                continue
+            if b"[DONE]" in line or b'"message_stop"' in line or b'"response.completed"' in line:
                 self.ended = True
-            if line.startswith(b"data:") and (b'"usage"' in line or b'"timings"' in line):
+            if b'"usage"' in line or b'"timings"' in line:
                 try:
                     obj = json.loads(line[5:])
                 except ValueError:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import httpx
 import structlog
 
+from .._canonical import dumps
 from .._usage import CacheUsage, normalize_usage
 from ..policies import KeepWarmDecision
 from ._transport import UpstreamClient
@@ -75,7 +75,7 @@ class KeepWarmer:
         self.cancel(key)
         if not decision.send or decision.count <= 0:
             return False
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        content = dumps(body)
         model = str(body.get("model") or "")
         task = asyncio.create_task(self._run(key, decision, url, headers, content, current, model))
         self._tasks[key] = task
