@@ -1,5 +1,5 @@
 """Wire-format adapters: a wire body in, a :class:`~agentcache.CanonicalRequest` out, and decisions
-(:class:`~agentcache.adapters._plan.WirePlan`) applied back onto a copy of the wire body.
+(:class:`~agentcache.model._plan.WirePlan`) applied back onto a copy of the wire body.
 
 One module per wire format; each exposes ``API``, ``canonicalize(body)`` and ``apply(body, plan)``.
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from agentcache._canonical import BlockCache, CanonicalRequest
 from agentcache._exceptions import ConfigError
-from agentcache._tokens import TokenCounter
+from agentcache.model._canonical import BlockCache, CanonicalRequest
+from agentcache.model._plan import WirePlan
+from agentcache.model._tokens import TokenCounter
 
 from . import anthropic_messages, openai_chat, openai_responses
-from ._plan import WirePlan
 
 _ADAPTERS: dict[str, ModuleType] = {
     anthropic_messages.API: anthropic_messages,
@@ -38,7 +38,7 @@ def canonicalize(
     api: str, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
 ) -> CanonicalRequest:
     """Canonical request for a wire ``body`` of format ``api``. ``cache``: a session's
-    :class:`~agentcache._canonical.BlockCache`, so unchanged messages re-use their blocks.
+    :class:`~agentcache.model._canonical.BlockCache`, so unchanged messages re-use their blocks.
     Raises InputError on a malformed body."""
     mod = adapter_for(api)
     result: CanonicalRequest = mod.canonicalize(body, counter=counter, cache=cache)

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentcache._exceptions import InputError
-
-from ._plan import KEEP, WirePlan
+from agentcache.model._plan import KEEP, WirePlan
 
 _TOKEN = re.compile(r"([A-Za-z_]+)|\[(\d+)\]")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentcache._canonical import BlockCache, Builder, CanonicalRequest, dumps
-from agentcache._causes import Section
 from agentcache._exceptions import InputError
-from agentcache._tokens import TokenCounter
+from agentcache.model._canonical import BlockCache, Builder, CanonicalRequest, dumps
+from agentcache.model._causes import Section
+from agentcache.model._plan import WirePlan
+from agentcache.model._tokens import TokenCounter
 
-from ._plan import WirePlan
 from ._wire import (
     apply_common,
     content_units,

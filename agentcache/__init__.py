@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 from ._audit import audit
-from ._canonical import Block, CanonicalRequest, Marker
-from ._diagnose import Divergence, diagnose
 from ._exceptions import AgentCacheError, ConfigError, InputError, InternalError, UnknownFormatError
-from ._lifecycle import (
-    LifecycleEvent,
-    PrefixIdentity,
-    PrometheusSink,
-    ReuseBoundary,
-    SessionSignal,
-    SGLangSink,
-    StorageTier,
-    TurnReport,
-)
-from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport
-from ._session import Session, SessionClosedError, Sessions, Tombstone
-from ._usage import CacheUsage, UsageTotals, cost_usd, normalize_usage
 from ._wrap import wrap
+from .analysis._diagnose import Divergence, diagnose
+from .analysis._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport
+from .model._canonical import Block, CanonicalRequest, Marker
+from .model._fields import LifecycleEvent, PrefixIdentity, ReuseBoundary, SessionSignal, StorageTier, TurnReport
+from .model._usage import CacheUsage, UsageTotals, cost_usd, normalize_usage
+from .session._session import Session, SessionClosedError, Sessions, Tombstone
+from .session._sinks import PrometheusSink, SGLangSink
 
 __version__ = "0.1.0"
 

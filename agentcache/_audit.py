@@ -5,7 +5,7 @@ All sessions replay through one shared simulated cache per arm, in time order (`
 order where absent), as design.md's "Cache scope" requires:
 
 * ``as_sent``: the requests exactly as recorded;
-* ``agentcache``: after safe repairs (:mod:`agentcache._repair`) and policies (breakpoints on
+* ``agentcache``: after safe repairs (:mod:`agentcache.analysis._repair`) and policies (breakpoints on
   Anthropic);
 * ``ideal``: every token already sent earlier in the scope, after safe repairs, counts as reused.
 """
@@ -16,18 +16,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _causes as C
-from ._canonical import CanonicalRequest, common_prefix
-from ._diagnose import _classify, diagnose, static_end
 from ._exceptions import ConfigError, InputError
-from ._pipeline import Prepared, ScopeMemory, SessionPipeline
-from ._pricing import anthropic_rules, default_model, normalize_model, openai_rules
-from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
-from ._volatile import VolatileSpan
 from .adapters import canonicalize
+from .analysis._diagnose import _classify, diagnose
+from .analysis._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
 from .loaders import Record
+from .model import _causes as C
+from .model._canonical import CanonicalRequest, common_prefix, static_end
+from .model._rules import anthropic_rules, default_model, normalize_model, openai_rules
+from .model._volatile import VolatileSpan
 from .policies import STRATEGIES, apply_strategy
 from .policies.volatility import suggestion
+from .session._pipeline import Prepared, ScopeMemory, SessionPipeline
 from .simulate import IdealSimulator, SimResult, simulator_for
 
 #: Cross-session differences worth reporting: the sessions would share the prefix without them.

@@ -27,10 +27,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from ._audit import audit as run_audit
 from ._exceptions import ConfigError, InputError
-from ._html import render_html
 from ._logging import LEVELS, RENDERERS, configure_logging
-from ._render import make_console, render_report
-from ._report import AuditReport
+from .analysis._html import render_html
+from .analysis._render import make_console, render_report
+from .analysis._report import AuditReport
 from .loaders import FORMATS, Record, load
 
 __all__ = ["app", "main"]

@@ -43,10 +43,10 @@ from urllib.parse import urlsplit
 import structlog
 
 from ._exceptions import ConfigError
-from ._session import Session, SessionClosedError, Sessions
-from ._turn import Turn
-from ._usage import normalize_usage
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
+from .model._usage import normalize_usage
+from .session._session import Session, SessionClosedError, Sessions
+from .session._turn import Turn
 
 __all__ = ["WrappedClient", "default_sessions", "reset_default_sessions", "wrap"]
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import structlog
 
-from ._turn import Turn
-from ._usage import CacheUsage, as_dict, merge_anthropic_usage, normalize_usage, read_field
+from .model._usage import CacheUsage, as_dict, merge_anthropic_usage, normalize_usage, read_field
+from .session._turn import Turn
 
 __all__ = ["StreamManagerProxy", "UsageTap", "tap_stream"]
 

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from agentcache import CanonicalRequest
-from agentcache._pricing import default_model
-from agentcache._tokens import TokenCounter
 from agentcache.adapters import canonicalize
+from agentcache.model._rules import default_model
+from agentcache.model._tokens import TokenCounter
 
 ROOT = Path(__file__).resolve().parents[1]
 TAU_DIR = ROOT / "data" / "tau-bench"
@@ -188,13 +188,21 @@ def anthropic_bodies(session: Session) -> list[dict[str, Any]]:
     (one wire message per chat message, so message ``k`` of both forms is the same turn)."""
     system = {"type": "text", "text": session.messages[0]["content"]}
     tools = [
-        {"name": t["function"]["name"], "description": t["function"]["description"],
-         "input_schema": t["function"]["parameters"]}
+        {
+            "name": t["function"]["name"],
+            "description": t["function"]["description"],
+            "input_schema": t["function"]["parameters"],
+        }
         for t in session.tools
     ]
     msgs = [_anthropic_message(m) for m in session.messages[1:]]
     return [
-        {"model": default_model("anthropic"), "max_tokens": 1024, "system": [system], "tools": tools,
-         "messages": msgs[: k - 1]}
+        {
+            "model": default_model("anthropic"),
+            "max_tokens": 1024,
+            "system": [system],
+            "tools": tools,
+            "messages": msgs[: k - 1],
+        }
         for k in range(2, len(session.messages) + 1, 2)
     ]

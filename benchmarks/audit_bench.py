@@ -52,15 +52,15 @@ from typing import Any, TypeVar
 import _synth
 
 from agentcache import CanonicalRequest, audit, diagnose
-from agentcache import _rawjson as rawjson
-from agentcache._canonical import BlockCache, with_markers
-from agentcache._pipeline import SessionPipeline
-from agentcache._pricing import anthropic_rules, default_model
-from agentcache._repair import SessionMemory, plan_repairs
-from agentcache._tokens import TokenCounter, default_counter, reset_default_counter
 from agentcache.adapters import apply, canonicalize
+from agentcache.analysis._repair import SessionMemory, plan_repairs
 from agentcache.loaders import Record, load
+from agentcache.model import _rawjson as rawjson
+from agentcache.model._canonical import BlockCache, with_markers
+from agentcache.model._rules import anthropic_rules, default_model
+from agentcache.model._tokens import TokenCounter, default_counter, reset_default_counter
 from agentcache.policies import plan_breakpoints
+from agentcache.session._pipeline import SessionPipeline
 
 T = TypeVar("T")
 CHECKPOINTS = (10, 50, 100, 200)
@@ -567,9 +567,7 @@ def markdown(res: dict[str, Any]) -> str:
         f = fmt["fit"]
 
         def line(key: str, f: dict[str, Any] = f) -> str:
-            return (
-                f"{f[key]['a_ms']:.3f} ms + {f[key]['b_us_per_block']:.2f} µs × blocks (r² = {f[key]['r2']:.3f})"
-            )
+            return f"{f[key]['a_ms']:.3f} ms + {f[key]['b_us_per_block']:.2f} µs × blocks (r² = {f[key]['r2']:.3f})"
 
         out += [
             "",
@@ -681,9 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "session_pipeline": fit([s["session_pipeline_ms"]["p50"] for s in summaries]),
                     "proxy_path": fit([s["proxy_path_ms"]["p50"] for s in summaries]),
                 },
-                "memo_growth_equals_new_blocks": sum(
-                    1 for t in turns if all(g == t.new_blocks for g in t.memo_growth)
-                ),
+                "memo_growth_equals_new_blocks": sum(1 for t in turns if all(g == t.new_blocks for g in t.memo_growth)),
                 "memo_growth_within_new_blocks": all(g <= t.new_blocks for t in turns for g in t.memo_growth),
                 "memo_growth_exceptions": [
                     {"messages": t.messages, "new_blocks": t.new_blocks, "memo_growth": sorted(set(t.memo_growth))}

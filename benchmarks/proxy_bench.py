@@ -287,9 +287,9 @@ def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, f
     """In-process cost (ms) of the proxy's per-request steps before the upstream call, on the same bodies:
     parse with source texts, session-inference checkpoints, ``SessionPipeline.prepare``, the spliced upstream
     body, ``commit``. Medians and means over every turn of ``sessions`` conversations (the first 10 warm up)."""
-    from agentcache._pipeline import SessionPipeline
-    from agentcache._rawjson import dumps_spliced, loads
+    from agentcache.model._rawjson import dumps_spliced, loads
     from agentcache.proxy._sessions import checkpoints_of
+    from agentcache.session._pipeline import SessionPipeline
 
     steps: dict[str, list[float]] = {k: [] for k in ("parse", "checkpoints", "prepare", "body", "commit", "total")}
     for n in range(sessions):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentcache._canonical import CanonicalRequest, Marker, with_markers
+from agentcache.model._canonical import CanonicalRequest, Marker, with_markers
 
 from .breakpoints import eligible
 

@@ -26,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agentcache._canonical import CanonicalRequest, Marker, common_prefix
-from agentcache._diagnose import static_end
-from agentcache._pricing import AnthropicRules
+from agentcache.model._canonical import CanonicalRequest, Marker, common_prefix, static_end
+from agentcache.model._rules import AnthropicRules
 
 _NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})
 

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentcache._pricing import AnthropicRules
+from agentcache.model._rules import AnthropicRules
 
 _PRIOR_LONG, _PRIOR_N = 0.1, 2.1
 _DECAY = 0.85

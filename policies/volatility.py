@@ -1,7 +1,7 @@
 """Volatile system text: the suggested cache-friendly form, and the opt-in move.
 
 A line of the system prompt that changes between requests only in volatile tokens (a clock, a date,
-a UUID: :mod:`agentcache._volatile`) breaks the cached prefix at that line on every request. The
+a UUID: :mod:`agentcache.model._volatile`) breaks the cached prefix at that line on every request. The
 cache-friendly form keeps the stable text in the prefix and gives the changing line after the last
 breakpoint, in the newest user turn.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentcache._volatile import VolatileSpan, mask
+from agentcache.model._volatile import VolatileSpan, mask
 
 MOVED_PREFIX = "[moved from the system prompt by agentcache] "
 

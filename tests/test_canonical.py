@@ -6,10 +6,10 @@ import copy
 import json
 
 from agentcache import diagnose
-from agentcache._canonical import common_prefix, value_digest
-from agentcache._tokens import TokenCounter, default_counter
-from agentcache._volatile import volatile_diff
 from agentcache.adapters import canonicalize
+from agentcache.model._canonical import common_prefix, value_digest
+from agentcache.model._tokens import TokenCounter, default_counter
+from agentcache.model._volatile import volatile_diff
 
 from .conftest import CASES, anthropic_messages, anthropic_tools, policy
 
@@ -120,7 +120,7 @@ def test_every_case_body_canonicalizes() -> None:
 
 
 def test_block_cache_rebuilds_only_new_messages() -> None:
-    from agentcache._canonical import BlockCache
+    from agentcache.model._canonical import BlockCache
 
     cache = BlockCache()
     first = canonicalize("anthropic.messages", _body(5), cache=cache)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from agentcache import AuditReport, audit
-from agentcache._causes import BREAK_CAUSES
 from agentcache.loaders import load
+from agentcache.model._causes import BREAK_CAUSES
 
 from .conftest import CASES
 

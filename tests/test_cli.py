@@ -18,7 +18,7 @@ from typer.testing import CliRunner, Result
 from agentcache import ArmMetrics, AuditReport, BreakRecord, ConfigError, SessionReport, audit
 from agentcache import _cli as cli
 from agentcache._logging import configure_logging, reset_logging
-from agentcache._render import render_report
+from agentcache.analysis._render import render_report
 from agentcache.loaders import load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentcache import audit
-from agentcache._html import render_html
+from agentcache.analysis._html import render_html
 from agentcache.loaders import load
 
 from .conftest import CASES

@@ -95,10 +95,7 @@ def test_sweagent_real_file() -> None:
         for msg in rec.body["messages"]:
             assert set(msg) <= allowed
     assistant, tool = records[-1].body["messages"][2:4]
-    assert (
-        assistant["role"] == "assistant"
-        and assistant["tool_calls"][0]["id"] == "call_9diWc1DYm4RLmPfHgIaP2wd"
-    )
+    assert assistant["role"] == "assistant" and assistant["tool_calls"][0]["id"] == "call_9diWc1DYm4RLmPfHgIaP2wd"
     assert tool == {
         "role": "tool",
         "content": "Old environment output: (7 lines omitted)",
@@ -159,9 +156,7 @@ def test_jsonl_bad_line_reported(tmp_path: Path) -> None:
         json.dumps({"session": "s1", "api": "openai.chat", "at": 5.0, "body": body}),
         "",
         "{not json",
-        json.dumps(
-            {"session": "s2", "api": "anthropic.messages", "at": 1.0, "body": body, "usage": {"x": 1}}
-        ),
+        json.dumps({"session": "s2", "api": "anthropic.messages", "at": 1.0, "body": body, "usage": {"x": 1}}),
         json.dumps({"session": "s3", "api": "bogus.api", "body": body}),
         json.dumps({"session": "s1", "api": "openai.chat", "at": 7.5, "body": body}),
     ]

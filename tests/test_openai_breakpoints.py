@@ -6,12 +6,12 @@ from __future__ import annotations
 import copy
 from dataclasses import replace
 
-from agentcache import _causes as C
 from agentcache import audit
-from agentcache._pipeline import SessionPipeline
-from agentcache._pricing import openai_rules, supports_breakpoints
 from agentcache.adapters import canonicalize
 from agentcache.loaders import load
+from agentcache.model import _causes as C
+from agentcache.model._rules import openai_rules, supports_breakpoints
+from agentcache.session._pipeline import SessionPipeline
 
 from .conftest import DATA
 

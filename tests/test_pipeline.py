@@ -7,10 +7,10 @@ import copy
 import json
 from typing import Any
 
-from agentcache._canonical import dumps
-from agentcache._pipeline import ScopeMemory, SessionPipeline
-from agentcache._pricing import anthropic_rules
 from agentcache.adapters import canonicalize
+from agentcache.model._canonical import dumps
+from agentcache.model._rules import anthropic_rules
+from agentcache.session._pipeline import ScopeMemory, SessionPipeline
 from agentcache.simulate import markers_valid
 
 from .conftest import CASES

@@ -12,11 +12,11 @@ import pytest
 
 from agentcache._config import Settings, load_settings
 from agentcache._exceptions import ConfigError
-from agentcache._pipeline import ScopeMemory, SessionPipeline
-from agentcache._pricing import anthropic_rules
 from agentcache.adapters import canonicalize
+from agentcache.model._rules import anthropic_rules
 from agentcache.policies import KeyPlanner, apply_strategy, choose_ttl, jump_hash, plan_keep_warm
 from agentcache.policies.volatility import MOVED_PREFIX
+from agentcache.session._pipeline import ScopeMemory, SessionPipeline
 
 from .conftest import CASES, anthropic_messages, anthropic_tools, policy
 

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentcache._config import Settings
-from agentcache._pipeline import SessionPipeline
-from agentcache._pricing import anthropic_rules
 from agentcache.adapters import canonicalize
+from agentcache.model._rules import anthropic_rules
+from agentcache.session._pipeline import SessionPipeline
 from agentcache.simulate import markers_valid
 
 WORDS = ["flight", "reservation", "baggage", "refund", "cabin", "economy", "policy", "passenger", "airport"]

@@ -8,8 +8,8 @@ import asyncio
 import json
 from typing import Any
 
-from agentcache._canonical import common_prefix
 from agentcache.adapters import canonicalize
+from agentcache.model._canonical import common_prefix
 from tests.test_proxy_support import (
     ANTHROPIC_KEY,
     anthropic_body,

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentcache._pipeline import SessionPipeline
 from agentcache.proxy._store import MemoryStore
+from agentcache.session._pipeline import SessionPipeline
 from tests.test_proxy_support import ANTHROPIC_KEY, FakeUpstream, Seen, anthropic_body, chat_body, conversation, proxy
 
 A = {"x-api-key": ANTHROPIC_KEY}

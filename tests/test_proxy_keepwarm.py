@@ -188,7 +188,7 @@ def test_keeper_stops_after_a_refused_refresh_and_drops_a_stale_session() -> Non
 
 
 def test_keep_warm_body_skips_thinking_and_structured_output() -> None:
-    from agentcache._pipeline import SessionPipeline
+    from agentcache.session._pipeline import SessionPipeline
 
     pipe = SessionPipeline("anthropic")
     cases = [({}, True), ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, False),

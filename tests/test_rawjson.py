@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentcache._pipeline import SessionPipeline
-from agentcache._rawjson import dumps_spliced, loads, strip_markers
+from agentcache.model._rawjson import dumps_spliced, loads, strip_markers
 from agentcache.proxy._sessions import checkpoints_of
+from agentcache.session._pipeline import SessionPipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 

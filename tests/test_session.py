@@ -14,7 +14,7 @@ import structlog
 from structlog.testing import capture_logs
 
 from agentcache import LifecycleEvent, PrometheusSink, Session, SessionClosedError, Sessions, normalize_usage
-from agentcache._diagnose import static_end
+from agentcache.model._canonical import static_end
 from agentcache.simulate import AnthropicSimulator
 
 from .conftest import anthropic_tools, openai_tools, policy
@@ -312,7 +312,7 @@ def test_a_commit_failure_fails_open(quiet: None, monkeypatch: pytest.MonkeyPatc
     def broken(self: Any, prepared: Any) -> None:
         raise RuntimeError("bug")
 
-    monkeypatch.setattr("agentcache._pipeline.SessionPipeline.commit", broken)
+    monkeypatch.setattr("agentcache.session._pipeline.SessionPipeline.commit", broken)
     with capture_logs() as logs:
         assert t.succeed(USAGE) is None
     assert s.turns == 0 and [e["event"] for e in logs] == ["session.commit_failed"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentcache import _causes as C
-from agentcache._canonical import Builder, CanonicalRequest
-from agentcache._pricing import anthropic_rules, openai_rules
-from agentcache._tokens import TokenCounter
+from agentcache.model import _causes as C
+from agentcache.model._canonical import Builder, CanonicalRequest
+from agentcache.model._rules import anthropic_rules, openai_rules
+from agentcache.model._tokens import TokenCounter
 from agentcache.simulate import AnthropicSimulator, IdealSimulator, OpenAISimulator, cached_tokens
 
 
@@ -40,7 +40,7 @@ def req(
         if marks and i in marks:
             unit["cache_control"] = {"type": "ephemeral", "ttl": marks[i]}
         b.add(f"messages[{i}].content[0]", "message", unit, env=b'{"role":"user"}', message=i)
-    from agentcache._canonical import Marker
+    from agentcache.model._canonical import Marker
 
     return b.build(top_marker=Marker() if top else None, cache_key=key)
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agentcache import CacheUsage, UsageTotals, cost_usd, normalize_usage
-from agentcache._usage import merge_anthropic_usage
+from agentcache.model._usage import merge_anthropic_usage
 
 
 def _u(data: Any, api: str | None = None) -> CacheUsage:

@@ -219,7 +219,7 @@ def test_internal_failure_fails_open_with_the_original_request(
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("agentcache bug")
 
-    monkeypatch.setattr(agentcache._pipeline.SessionPipeline, "prepare", boom)
+    monkeypatch.setattr(agentcache.session._pipeline.SessionPipeline, "prepare", boom)
     body = a_body(1, shuffled(anthropic_tools(), 3))
     reply = client.messages.create(**body)
     assert type(reply) is anthropic.types.Message

@@ -2,7 +2,7 @@
 
 For ``/v1/messages``, ``/v1/chat/completions`` and ``/v1/responses``: read the body (413 over the limit, 400
 for malformed JSON, in the caller's error format) → find the session (:mod:`._sessions`) → run the session's
-:class:`~agentcache._pipeline.SessionPipeline` → forward the prepared body → on a 2xx answer commit the
+:class:`~agentcache.session._pipeline.SessionPipeline` → forward the prepared body → on a 2xx answer commit the
 request to the session → relay the response, reading usage on the way → after the last byte, metrics, the
 live report and one log line with the four fields. Any failure of agentcache's own (including an unreachable
 shared store) sends the client's original bytes upstream unchanged and is logged and counted (fail open).
@@ -18,23 +18,16 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._canonical import CanonicalRequest, common_prefix
-from .._diagnose import diagnose
 from .._exceptions import InputError
-from .._lifecycle import (
-    LifecycleEvent,
-    PrefixIdentity,
-    ReuseBoundary,
-    SessionSignal,
-    SGLangSink,
-    StorageTier,
-    TurnReport,
-    emit,
-)
-from .._pipeline import Prepared
-from .._rawjson import RawBody, dumps_spliced, loads
-from .._turn import Saved, learning, restore
-from .._usage import CacheUsage, cost_usd
+from ..analysis._diagnose import diagnose
+from ..model._canonical import CanonicalRequest, common_prefix
+from ..model._fields import LifecycleEvent, PrefixIdentity, ReuseBoundary, SessionSignal, StorageTier, TurnReport
+from ..model._rawjson import RawBody, dumps_spliced, loads
+from ..model._usage import CacheUsage, cost_usd
+from ..session._lifecycle import emit
+from ..session._pipeline import Prepared
+from ..session._sinks import SGLangSink
+from ..session._turn import Saved, learning, restore
 from ._errors import Style, error_response, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers
 from ._sessions import STATE_BYTES_PER_BODY_BYTE, LiveSession, checkpoints_of, new_session_id, tenant_of

@@ -24,7 +24,7 @@ import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .._usage import CacheUsage, merge_anthropic_usage, normalize_usage
+from ..model._usage import CacheUsage, merge_anthropic_usage, normalize_usage
 
 __all__ = [
     "StreamOutcome",

@@ -2,8 +2,8 @@
 
 With ``keep_warm`` on (settings; off by default), after each committed Anthropic Messages turn the proxy asks
 the session's pipeline whether prefill-only requests are cheaper than letting the entry expire
-(:meth:`~agentcache._pipeline.SessionPipeline.keep_warm`: a read refreshes the entry's TTL at 0.1× the input
-price, a rewrite costs 1.25×/2×). When they are, it schedules :meth:`~agentcache._pipeline.SessionPipeline.
+(:meth:`~agentcache.session._pipeline.SessionPipeline.keep_warm`: a read refreshes the entry's TTL at 0.1× the input
+price, a rewrite costs 1.25×/2×). When they are, it schedules :meth:`~agentcache.session._pipeline.SessionPipeline.
 keep_warm_body` (the last request as sent, ``max_tokens: 0``: Anthropic's prompt cache pre-warming, which reads
 and writes the cache without generating) at ``first_at`` seconds after the turn and every ``interval`` seconds,
 ``count`` times at most. Any new request of the session, its close, or the proxy's shutdown cancels what is
@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import structlog
 
-from .._canonical import dumps
-from .._usage import CacheUsage, normalize_usage
+from ..model._canonical import dumps
+from ..model._usage import CacheUsage, normalize_usage
 from ..policies import KeepWarmDecision
 from ._transport import UpstreamClient
 

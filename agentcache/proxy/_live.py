@@ -21,9 +21,9 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._pipeline import Prepared
-from .._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport
-from .._usage import CacheUsage, cost_usd
+from ..analysis._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport
+from ..model._usage import CacheUsage, cost_usd
+from ..session._pipeline import Prepared
 from ..simulate import AnthropicSimulator, OpenAISimulator, SimUsage, simulator_for
 from ._metrics import ProxyMetrics, model_label
 

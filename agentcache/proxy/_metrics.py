@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .._lifecycle import PrometheusSink
-from .._pricing import anthropic_rules, openai_rules
+from ..model._rules import anthropic_rules, openai_rules
+from ..session._sinks import PrometheusSink
 
 __all__ = ["ProxyMetrics", "model_label"]
 

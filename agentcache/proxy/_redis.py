@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 
 import structlog
 
-from .._pipeline import Prepared, SessionPipeline
-from .._turn import learning, restore
 from ..adapters import canonicalize
+from ..session._pipeline import Prepared, SessionPipeline
+from ..session._turn import learning, restore
 from ._config import ProxyConfig
 from ._sessions import LiveSession, PipelineFactory, index_entries, match_checkpoints
 from ._store import OpenResult, StoreUnavailable

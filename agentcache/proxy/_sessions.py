@@ -31,9 +31,9 @@ from hashlib import blake2b
 from typing import Any
 
 from .._exceptions import InputError
-from .._lifecycle import SessionSignal
-from .._pipeline import ScopeMemory, SessionPipeline
-from .._rawjson import RawBody, strip_markers
+from ..model._fields import SessionSignal
+from ..model._rawjson import RawBody, strip_markers
+from ..session._pipeline import ScopeMemory, SessionPipeline
 
 __all__ = [
     "ANONYMOUS",
@@ -104,7 +104,7 @@ def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
 def checkpoints_of(api: str, body: Mapping[str, Any], raw: RawBody | None = None) -> tuple[bytes, ...]:
     """Hash chain over a request's conversation: element ``k`` names items ``0..k`` (markers stripped), seeded
     with the wire API (a session never spans two APIs). ``raw``: the body's source texts
-    (:func:`agentcache._rawjson.loads`); an item is then hashed as the client wrote it, markers cut out,
+    (:func:`agentcache.model._rawjson.loads`); an item is then hashed as the client wrote it, markers cut out,
     instead of encoded again (a client writes an unchanged item the same way every turn)."""
     out: list[bytes] = []
     h = blake2b(api.encode(), digest_size=16)

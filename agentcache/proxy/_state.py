@@ -19,9 +19,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._config import Settings, get_settings
-from .._lifecycle import LifecycleEvent, SGLangSink, Sink, emit
-from .._pipeline import SessionPipeline
-from .._usage import CacheUsage
+from ..model._fields import LifecycleEvent
+from ..model._usage import CacheUsage
+from ..session._lifecycle import Sink, emit
+from ..session._pipeline import SessionPipeline
+from ..session._sinks import SGLangSink
 from ._config import ProxyConfig
 from ._errors import Style, error_response, upstream_failure
 from ._keepwarm import KeepWarmer

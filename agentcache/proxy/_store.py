@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._pipeline import Prepared
+from ..session._pipeline import Prepared
 from ._sessions import LiveSession, PipelineFactory, index_entries, match_checkpoints
 
 __all__ = ["MemoryStore", "OpenResult", "SessionStore", "StoreUnavailable", "open_reason"]

@@ -1,5 +1,5 @@
 """Send one replayed request, streaming, and measure it: time to first token, and the prompt / cached tokens the
-server reported (read with :func:`agentcache._usage.normalize_usage`).
+server reported (read with :func:`agentcache.model._usage.normalize_usage`).
 
 Streams read (server-sent events, ``data:`` lines):
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from .._usage import merge_anthropic_usage, normalize_usage
+from ..model._usage import merge_anthropic_usage, normalize_usage
 
 __all__ = ["PATHS", "TurnResult", "send_turn"]
 

@@ -297,7 +297,7 @@ def to_token_ids(api: str, body: dict[str, Any], vocab_size: int, encode: Any = 
     a prefix), ids folded into ``vocab_size``. ``encode``: a ``str -> list[int]`` (default: tiktoken, else
     UTF-8 bytes)."""
     if encode is None:
-        from .._tokens import default_counter
+        from ..model._tokens import default_counter
 
         encoder = default_counter()._load()
         encode = encoder.encode_ordinary if encoder is not None else (lambda s: list(s.encode()))

@@ -1,7 +1,7 @@
 """Replay recorded sessions against a real endpoint: sessions in parallel (at most ``concurrency`` at once),
 each session's requests in recorded order, streaming.
 
-``via="agentcache"`` sends every request through the session's :class:`~agentcache._pipeline.SessionPipeline`
+``via="agentcache"`` sends every request through the session's :class:`~agentcache.session._pipeline.SessionPipeline`
 (repairs and cache planning, committed once the request was sent) and gives the engine what session-aware
 caching needs: on llama.cpp a slot per session (``id_slot``, from a pool of the server's ``total_slots``), on
 SGLang a stable ``session_id`` on every request and ``POST /close_session`` after the session's last request.
@@ -23,8 +23,8 @@ import httpx
 import structlog
 
 from .._config import Settings, get_settings
-from .._pipeline import Prepared, ScopeMemory, SessionPipeline
 from ..loaders import Record
+from ..session._pipeline import Prepared, ScopeMemory, SessionPipeline
 from ._client import TurnResult, send_turn
 from ._convert import TARGET_APIS, convert, to_token_ids
 from ._report import ReplayResult

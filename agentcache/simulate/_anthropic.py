@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import _causes as C
-from .._canonical import CanonicalRequest, Marker
-from .._pricing import AnthropicRules, anthropic_rules, normalize_model
+from ..model import _causes as C
+from ..model._canonical import CanonicalRequest, Marker
+from ..model._rules import AnthropicRules, anthropic_rules, normalize_model
 from ._base import SeenIndex, SimResult, SimUsage
 
 _NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._canonical import CanonicalRequest
+from ..model._canonical import CanonicalRequest
 
 
 @dataclass(frozen=True, slots=True)

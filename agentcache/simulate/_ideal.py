@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._canonical import CanonicalRequest
-from .._pricing import anthropic_rules, normalize_model, openai_rules
+from ..model._canonical import CanonicalRequest
+from ..model._rules import anthropic_rules, normalize_model, openai_rules
 from ._base import SeenIndex, SimUsage
 
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import _causes as C
-from .._canonical import CanonicalRequest
-from .._pricing import OpenAIRules, normalize_model, openai_rules
+from ..model import _causes as C
+from ..model._canonical import CanonicalRequest
+from ..model._rules import OpenAIRules, normalize_model, openai_rules
 from ._base import SeenIndex, SimResult, SimUsage
 
 _EXTENDED = ("24h", "extended")

@@ -5,13 +5,13 @@ the logical session over) and an ``attempt`` (failed tries of the current turn, 
 when a turn succeeds). :meth:`Session.fork` makes a subagent: its ``parent`` is the forking session and
 it keeps the root's ``lineage``, so it shares the parent's cache scope (:class:`ScopeMemory`: first-seen
 tool bytes and order) and, on OpenAI, its ``prompt_cache_key``. Requests go through
-:meth:`Session.begin` → :class:`~agentcache._turn.Turn`. Events and the retry-versus-new-generation
-contract: :mod:`agentcache._lifecycle`.
+:meth:`Session.begin` → :class:`~agentcache.session._turn.Turn`. Events and the retry-versus-new-generation
+contract: :mod:`agentcache.session._lifecycle`.
 
 Bounded state: at most ``max_open`` open sessions (the least recently active is closed, reason
 ``evicted``); sessions idle longer than ``idle_timeout`` seconds are closed (reason ``idle``) by the
 sweep that every open and every request runs; closed ids leave a :class:`Tombstone` (last generation,
-totals) in an LRU of ``max_tombstones``; per-lineage totals and routing key (:class:`~agentcache._turn.Lineage`;
+totals) in an LRU of ``max_tombstones``; per-lineage totals and routing key (:class:`~agentcache.session._turn.Lineage`;
 every session of a lineage, subagents and later generations included, sends the ``prompt_cache_key``
 the lineage got first) live in an LRU of ``max_lineages``; a
 closed session frees its pipeline. Reopening a tombstoned id continues its generation count. A session
@@ -30,12 +30,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._config import Settings
-from ._exceptions import ConfigError
-from ._lifecycle import LifecycleEvent, SessionSignal, Sink, TurnReport, annotate, emit
+from .._config import Settings
+from .._exceptions import ConfigError
+from ..model._fields import LifecycleEvent, SessionSignal, TurnReport
+from ..model._usage import UsageTotals
+from ._lifecycle import Sink, annotate, emit
 from ._pipeline import ScopeMemory, SessionPipeline
 from ._turn import Lineage, Turn, learning, restore
-from ._usage import UsageTotals
 
 __all__ = ["Session", "SessionClosedError", "Sessions", "Tombstone", "Turn", "provider_for_api"]
 

@@ -1,6 +1,6 @@
 """One request in flight: :class:`Turn` commits it or records a retry, and builds its turn report.
 
-:meth:`agentcache._session.Session.begin` prepares a request and returns a :class:`Turn`. Exactly one
+:meth:`agentcache.session._session.Session.begin` prepares a request and returns a :class:`Turn`. Exactly one
 of :meth:`Turn.succeed` (the upstream answered: commit the prepared request into the session's
 pipeline, record usage, emit ``turn``) or :meth:`Turn.fail` (the upstream call raised: ``attempt`` + 1,
 emit ``retry``, nothing committed) completes it. Both are no-ops for a *stale* turn: its session was
@@ -18,18 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._canonical import CanonicalRequest, common_prefix
-from ._lifecycle import (
-    LifecycleEvent,
-    PrefixIdentity,
-    ReuseBoundary,
-    SessionSignal,
-    StorageTier,
-    TurnReport,
-    log,
-)
+from ..model._canonical import CanonicalRequest, common_prefix
+from ..model._fields import LifecycleEvent, PrefixIdentity, ReuseBoundary, SessionSignal, StorageTier, TurnReport
+from ..model._usage import CacheUsage, UsageTotals, cost_usd
+from ._lifecycle import log
 from ._pipeline import Prepared, SessionPipeline
-from ._usage import CacheUsage, UsageTotals, cost_usd
 
 if TYPE_CHECKING:
     from ._session import Session

@@ -38,8 +38,6 @@ MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
 MEDIA_TYPES = frozenset({"image", "document", "image_url", "input_image", "input_file", "file", "input_audio"})
 
 
-
-
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes in the stored key order (the wire bytes of a unit)."""
     return _encode(value).encode()
@@ -148,7 +146,7 @@ class BlockCache:
     """The blocks of the units one session sent recently, keyed by (position, wire text), so a new
     turn re-uses the blocks of every unchanged message instead of rebuilding them: per-turn work is
     then one lookup per message (keyed by its source text when the body came through
-    :func:`agentcache._rawjson.loads`, else by one C-level JSON encoding) plus the work on the new blocks.
+    :func:`agentcache.model._rawjson.loads`, else by one C-level JSON encoding) plus the work on the new blocks.
     Bounded: entries no request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
 
     __slots__ = ("_age", "_by_id", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses")
@@ -170,7 +168,7 @@ class BlockCache:
 
     def begin(self, raw: RawBody | None = None) -> None:
         """Start a new request: objects seen before may since have been mutated in place. ``raw``: the
-        source texts of the request's body (:func:`agentcache._rawjson.loads`), which then key its
+        source texts of the request's body (:func:`agentcache.model._rawjson.loads`), which then key its
         unchanged units without encoding them."""
         self._by_id.clear()
         self._raw = raw
@@ -423,3 +421,14 @@ def with_markers(req: CanonicalRequest, markers: Mapping[int, Marker], top: Mark
         if blocks[i].marker != want:
             blocks[i] = replace(blocks[i], marker=want)
     return replace(req, blocks=tuple(blocks), top_marker=top)
+
+
+def static_end(req: CanonicalRequest) -> int:
+    """Number of leading blocks before the first non-system message: options, tools and system
+    (for OpenAI, the leading system/developer messages). Sessions of one agent share this part."""
+    end = 0
+    for i, b in enumerate(req.blocks):
+        if b.section == "message":
+            break
+        end = i + 1
+    return end

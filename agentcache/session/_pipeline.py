@@ -14,17 +14,25 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from . import _causes as C
-from ._canonical import BlockCache, CanonicalRequest, common_prefix, with_markers
-from ._config import Settings, get_settings
-from ._diagnose import Divergence, diagnose, static_end
-from ._pricing import anthropic_rules, openai_rules
-from ._rawjson import RawBody
-from ._repair import SessionMemory, plan_repairs
-from .adapters import WirePlan, apply, canonicalize
-from .policies import KeepWarmDecision, KeyPlanner, PlanHints, TTLDecision, choose_ttl, plan_breakpoints, plan_keep_warm
-from .policies.breakpoints import plan_openai_breakpoints
-from .policies.volatility import VolatileMemory, move_volatile
+from .._config import Settings, get_settings
+from ..adapters import WirePlan, apply, canonicalize
+from ..analysis._diagnose import Divergence, diagnose
+from ..analysis._repair import SessionMemory, plan_repairs
+from ..model import _causes as C
+from ..model._canonical import BlockCache, CanonicalRequest, common_prefix, static_end, with_markers
+from ..model._rawjson import RawBody
+from ..model._rules import anthropic_rules, openai_rules
+from ..policies import (
+    KeepWarmDecision,
+    KeyPlanner,
+    PlanHints,
+    TTLDecision,
+    choose_ttl,
+    plan_breakpoints,
+    plan_keep_warm,
+)
+from ..policies.breakpoints import plan_openai_breakpoints
+from ..policies.volatility import VolatileMemory, move_volatile
 
 
 @dataclass(slots=True)
@@ -157,7 +165,7 @@ class SessionPipeline:
     ) -> Prepared:
         """Plan the request sent at ``now`` (seconds; None when unknown). ``original``: ``body`` already
         canonicalized with this session's cache (after ``self.cache.begin()``). ``raw``: the source texts of
-        ``body`` when it was parsed by :func:`agentcache._rawjson.loads` (unchanged units are then keyed by
+        ``body`` when it was parsed by :func:`agentcache.model._rawjson.loads` (unchanged units are then keyed by
         their text, not encoded). Raises InputError for a malformed body (the caller fails open)."""
         if original is None:
             self.cache.begin(raw)

@@ -24,7 +24,7 @@ Inputs may be plain dicts or SDK response objects (read with ``model_dump()`` wh
 fields the SDK does not declare, such as llama.cpp's ``timings``, are kept). Reading is tolerant:
 a missing or ``null`` field counts as 0; a body with no recognisable usage gives None.
 
-Cost (:func:`cost_usd`) uses the price table of :mod:`agentcache._pricing`: Anthropic bills writes at
+Cost (:func:`cost_usd`) uses the price table of :mod:`agentcache.model._rules`: Anthropic bills writes at
 1.25× (5m) or 2× (1h) and reads at 0.1× the base input price; OpenAI bills cached tokens at the model's
 cached price. An unknown model, or an engine, has no price: the cost is None.
 """
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._pricing import anthropic_rules, openai_rules
+from ._rules import anthropic_rules, openai_rules
 
 __all__ = [
     "CacheUsage",

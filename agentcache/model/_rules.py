@@ -15,7 +15,7 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
-from ._exceptions import ConfigError
+from .._exceptions import ConfigError
 
 PROVIDERS = ("anthropic", "openai")
 

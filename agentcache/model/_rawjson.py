@@ -28,7 +28,7 @@ _scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 _WS = re.compile(r"[ \t\n\r]*")
 _SPACE = " \t\n\r"
 #: Compact JSON text, keys in stored order, non-ASCII kept: the one encoder of the process (``json.dumps`` with
-#: keyword arguments builds a new encoder per call). :mod:`agentcache._canonical` encodes units with it too.
+#: keyword arguments builds a new encoder per call). :mod:`agentcache.model._canonical` encodes units with it too.
 encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 

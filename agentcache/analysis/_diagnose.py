@@ -1,7 +1,7 @@
 """Prefix diff and break diagnosis between two canonical requests.
 
 ``diagnose(prev, new)`` finds the longest shared prefix (blocks and tokens), the first divergent unit
-as a wire path, and classifies the cause with the names in :mod:`agentcache._causes`. It works on
+as a wire path, and classifies the cause with the names in :mod:`agentcache.model._causes`. It works on
 block hashes, so an append-only turn costs O(log n) comparisons; only a divergent turn parses the
 few units it needs to tell re-serialisation from a real edit.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import _causes as C
-from ._canonical import (
+from ..model import _causes as C
+from ..model._canonical import (
     MEDIA_TYPES,
     Block,
     CanonicalRequest,
@@ -20,7 +20,7 @@ from ._canonical import (
     message_value,
     value_digest,
 )
-from ._volatile import VolatileSpan, volatile_diff
+from ..model._volatile import VolatileSpan, volatile_diff
 
 _OPTION_CAUSES = {
     "model": C.OPTIONS_MODEL,
@@ -146,14 +146,3 @@ def _aligned(p: list[bytes], i: int, q: list[bytes], j: int) -> bool:
     """``p[i:]`` and ``q[j:]`` agree on their overlap, and the overlap is not empty."""
     span = min(len(p) - i, len(q) - j)
     return span > 0 and all(p[i + t] == q[j + t] for t in range(span))
-
-
-def static_end(req: CanonicalRequest) -> int:
-    """Number of leading blocks before the first non-system message: options, tools and system
-    (for OpenAI, the leading system/developer messages). Sessions of one agent share this part."""
-    end = 0
-    for i, b in enumerate(req.blocks):
-        if b.section == "message":
-            break
-        end = i + 1
-    return end

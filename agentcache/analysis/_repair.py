@@ -12,14 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _causes as C
-from ._canonical import (
-    CanonicalRequest,
-    common_prefix,
-    dumps,
-    value_digest,
-)
-from .adapters._plan import KEEP, WirePlan
+from ..model import _causes as C
+from ..model._canonical import CanonicalRequest, common_prefix, dumps, value_digest
+from ..model._plan import KEEP, WirePlan
 
 
 @dataclass(slots=True)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._exceptions import InputError
-from ._usage import TokenTotals
-from .simulate import SimUsage
+from .._exceptions import InputError
+from ..model._usage import TokenTotals
+from ..simulate import SimUsage
 
 ARMS = ("as_sent", "agentcache", "ideal")
 
@@ -75,7 +75,7 @@ class TurnRecord:
     """One request of one session as each arm saw it (for per-turn charts and tests; not part of the
     JSON document). ``repairs``: the causes the ``agentcache`` arm repaired on this request;
     ``markers``: the block paths it put cache markers on; ``prepared``: the pipeline's full decision
-    (:class:`agentcache._pipeline.Prepared`: TTL choice, marker reasons...)."""
+    (:class:`agentcache.session._pipeline.Prepared`: TTL choice, marker reasons...)."""
 
     session: str
     request: int

@@ -1,0 +1,72 @@
+"""Session lifecycle signals: the four fields, turn reports, events, and where events go.
+
+Every wrapped request yields a :class:`TurnReport` keyed by the four fields of design.md:
+``prefix_identity`` (:class:`PrefixIdentity`), ``reuse_boundary`` (:class:`ReuseBoundary`),
+``session_signal`` (:class:`SessionSignal`) and ``storage_tier`` (:class:`StorageTier`). Sessions emit
+a :class:`LifecycleEvent` for each of ``open``, ``turn``, ``retry``, ``fork`` and ``close``:
+
+* to structlog, logger ``agentcache.session``, event ``session.<name>`` at info level, with the four
+  fields as dicts. Only ids, hashes and counts are logged: never prompt text or credentials;
+* to every registered sink: a plain callable ``sink(event)``, :class:`SGLangSink` or
+  :class:`PrometheusSink`. A sink may also have ``annotate(body, signal, base_url) -> body``, called
+  on each outgoing wire body (the SGLang sink adds ``session_id`` there). A failing sink is logged
+  and skipped: sinks never break a request (fail open).
+
+Retry versus new generation (the contract):
+
+* **retry** (same ``generation``, ``attempt`` + 1): the same turn is sent again after a transient
+  error (timeout, 5xx, 429, a stream cut mid-way). The session's committed history is untouched, so
+  the retried request is diagnosed against the last request that succeeded. The wrappers record this
+  automatically whenever the SDK raises; agentcache never retries by itself.
+* **new generation** (``session.restart()``, ``generation`` + 1): the logical session starts over
+  from scratch (a subagent relaunched, a conversation reset or re-seeded). The old incarnation is
+  closed (``close``, reason ``restart``) and a fresh one opened (``open``, reason ``restart``) with the
+  same ``session_id`` and lineage; responses that arrive late for the old generation never change the
+  new one's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import structlog
+
+from ..model._fields import LifecycleEvent, SessionSignal
+
+__all__ = ["Sink", "annotate", "emit"]
+
+log = structlog.get_logger("agentcache.session")
+
+
+class Sink(Protocol):
+    """Receives lifecycle events; a plain function ``(LifecycleEvent) -> None`` qualifies."""
+
+    def __call__(self, event: LifecycleEvent, /) -> None: ...
+
+
+def emit(event: LifecycleEvent, sinks: list[Sink] | tuple[Sink, ...]) -> None:
+    """Log ``event`` and hand it to each sink; a sink that raises is logged and skipped."""
+    log.info(f"session.{event.event}", **event.log_fields())
+    for sink in sinks:
+        try:
+            sink(event)
+        except Exception as exc:  # fail open: a sink never breaks the request path
+            log.warning("session.sink_failed", sink=type(sink).__name__, error=type(exc).__name__, detail=str(exc))
+
+
+def annotate(
+    body: dict[str, Any], signal: SessionSignal, base_url: str | None, sinks: tuple[Sink, ...]
+) -> dict[str, Any]:
+    """``body`` after every sink's optional ``annotate`` hook; a failing hook is logged and skipped."""
+    for sink in sinks:
+        hook: Callable[[dict[str, Any], SessionSignal, str | None], dict[str, Any]] | None = getattr(
+            sink, "annotate", None
+        )
+        if hook is None:
+            continue
+        try:
+            body = hook(body, signal, base_url)
+        except Exception as exc:
+            log.warning("session.sink_failed", sink=type(sink).__name__, error=type(exc).__name__, detail=str(exc))
+    return body

@@ -1,0 +1,156 @@
+"""Lifecycle sinks that ship with agentcache: :class:`SGLangSink` (session-aware caching on SGLang) and
+:class:`PrometheusSink` (event and token counters). A sink is any callable taking a
+:class:`~agentcache.LifecycleEvent`; see :mod:`agentcache.session._lifecycle`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+
+from .._exceptions import ConfigError
+from ..model._fields import EVENTS, LifecycleEvent, SessionSignal
+
+__all__ = ["PrometheusSink", "SGLangSink"]
+
+log = structlog.get_logger("agentcache.session")
+
+
+def _optional(module: str, user: str) -> Any:
+    """Import an optional dependency of a sink; ConfigError with the install hint when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"{user} needs {module}: pip install 'agentcache[sinks]'") from None
+
+
+def _origin(url: str | None) -> str | None:
+    """``scheme://host:port`` of ``url`` (default ports filled in), or None."""
+    if not url:
+        return None
+    parts = urlsplit(str(url))
+    if not parts.hostname:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{parts.hostname.lower()}:{port}"
+
+
+class SGLangSink:
+    """Session-aware caching on SGLang (0.5.23, ``--enable-session-radix-cache``).
+
+    ``annotate`` adds a stable top-level ``session_id`` to every request bound for this server (its
+    ``scheme://host:port`` equals ``base_url``'s); one id per generation (``<session_id>`` for
+    generation 0, ``<session_id>:g<n>`` after), since SGLang tombstones a closed id. On ``close`` it
+    sends ``POST {base_url}/close_session {"session_id"}`` for every id it annotated, so SGLang
+    releases the session's references. Posts run on one background thread with ``timeout``
+    seconds each; errors are logged and dropped (fail open). ``flush()`` waits for pending posts;
+    ``shutdown()`` flushes and stops the thread. ``transport``: an httpx transport (tests).
+    ``max_tracked``: ids remembered for closing (oldest dropped first).
+    """
+
+    def __init__(
+        self, base_url: str, *, timeout: float = 2.0, transport: Any = None, max_tracked: int = 65_536
+    ) -> None:
+        httpx = _optional("httpx", "SGLangSink")
+        root = str(base_url).rstrip("/")
+        if root.endswith("/v1"):
+            root = root[:-3]
+        self.base_url = root
+        self._origin = _origin(root)
+        self._client = httpx.Client(base_url=root, timeout=timeout, transport=transport, trust_env=False)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcache-sglang")
+        self._lock = threading.Lock()
+        self._tracked: OrderedDict[str, None] = OrderedDict()
+        self._pending: set[Future[None]] = set()
+        self.max_tracked = max_tracked
+
+    @staticmethod
+    def sglang_id(signal: SessionSignal) -> str:
+        """The ``session_id`` sent to SGLang for this generation of the session."""
+        return signal.session_id if signal.generation == 0 else f"{signal.session_id}:g{signal.generation}"
+
+    def annotate(self, body: dict[str, Any], signal: SessionSignal, base_url: str | None) -> dict[str, Any]:
+        """``body`` with ``session_id`` when it is bound for this server (a new dict), else ``body``."""
+        if base_url is None or _origin(base_url) != self._origin:
+            return body
+        sid = self.sglang_id(signal)
+        with self._lock:
+            self._tracked[sid] = None
+            self._tracked.move_to_end(sid)
+            while len(self._tracked) > self.max_tracked:
+                self._tracked.popitem(last=False)
+        return {**body, "session_id": sid}
+
+    def __call__(self, event: LifecycleEvent) -> None:
+        """On ``close``: post ``/close_session`` for the generation, if it was annotated."""
+        if event.event != "close":
+            return
+        sid = self.sglang_id(event.session_signal)
+        with self._lock:
+            if self._tracked.pop(sid, False) is False:
+                return
+            future = self._pool.submit(self._post_close, sid)
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def _post_close(self, sid: str) -> None:
+        try:
+            response = self._client.post("/close_session", json={"session_id": sid})
+            if response.status_code >= 400:
+                log.warning("sglang.close_session_failed", session_id=sid, status=response.status_code)
+        except Exception as exc:  # fail open: the engine just keeps the references until eviction
+            log.warning("sglang.close_session_failed", session_id=sid, error=type(exc).__name__, detail=str(exc))
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for pending ``/close_session`` posts."""
+        with self._lock:
+            pending = set(self._pending)
+        wait(pending, timeout=timeout)
+
+    def shutdown(self) -> None:
+        """Flush, stop the worker thread and close the HTTP client."""
+        self._pool.shutdown(wait=True)
+        self._client.close()
+
+
+class PrometheusSink:
+    """Prometheus counters: ``<namespace>_session_events_total{event}`` per lifecycle event, and
+    ``<namespace>_prompt_tokens_total{kind}`` (``cache_read``, ``cache_write``, ``uncached``) from
+    turn usage. ``registry``: a ``prometheus_client.CollectorRegistry`` (default: the global one;
+    registering the same names twice in one registry raises ``ValueError``)."""
+
+    def __init__(self, registry: Any = None, namespace: str = "agentcache") -> None:
+        prometheus = _optional("prometheus_client", "PrometheusSink")
+        reg = registry if registry is not None else prometheus.REGISTRY
+        counter = prometheus.Counter
+        self.events = counter(
+            "session_events", "agentcache session lifecycle events", ["event"], namespace=namespace, registry=reg
+        )
+        self.tokens = counter(
+            "prompt_tokens",
+            "Prompt tokens of wrapped requests by cache outcome",
+            ["kind"],
+            namespace=namespace,
+            registry=reg,
+        )
+        for name in EVENTS:  # export every series from the start, at 0
+            self.events.labels(event=name)
+
+    def __call__(self, event: LifecycleEvent) -> None:
+        """Count ``event`` (and its usage, for turns)."""
+        self.events.labels(event=event.event).inc()
+        usage = event.report.usage if event.report is not None else None
+        if usage is not None:
+            self.tokens.labels(kind="cache_read").inc(usage.cache_read_tokens)
+            self.tokens.labels(kind="cache_write").inc(usage.cache_write_tokens)
+            self.tokens.labels(kind="uncached").inc(usage.uncached_tokens)
