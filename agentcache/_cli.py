@@ -19,7 +19,6 @@ from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import structlog
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -27,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import __version__
 from ._audit import audit as run_audit
 from ._exceptions import ConfigError, InputError
+from ._log import get_logger
 from ._logging import LEVELS, RENDERERS, configure_logging
 from .analysis._html import render_html
 from .analysis._render import make_console, render_report
@@ -51,7 +51,7 @@ PROGRESS_THRESHOLD = 200
 #: Exit code for bad input (files, records, option values), as for usage errors.
 EXIT_BAD_INPUT = 2
 
-log = structlog.get_logger("agentcache.cli")
+log = get_logger("agentcache.cli")
 
 app = typer.Typer(
     name="agentcache",

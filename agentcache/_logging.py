@@ -1,10 +1,10 @@
-"""structlog configuration for the command line.
+"""Log output of the command line and the proxy: one stderr handler on the ``agentcache`` logger.
 
-The library never configures logging itself: it only calls ``structlog.get_logger(...)``. The CLI calls
-:func:`configure_logging` once, before doing any work, so every log line goes to stderr (stdout is kept
-for reports, e.g. ``audit --json``). The renderer is chosen with ``--log-format`` /
-``AGENTCACHE_LOG_FORMAT`` (``console`` or ``json``) and the threshold with ``--log-level`` /
-``AGENTCACHE_LOG_LEVEL`` (``debug``, ``info``, ``warning``, ``error``, ``critical``).
+The library itself never configures logging (:mod:`agentcache._log`: its loggers hand events to the standard
+library, which prints nothing unless the host configures it). The CLI calls :func:`configure_logging` once, before
+doing any work, so every log line goes to stderr (stdout is kept for reports, e.g. ``audit --json``). The renderer
+is chosen with ``--log-format`` / ``AGENTCACHE_LOG_FORMAT`` (``console`` or ``json``) and the threshold with
+``--log-level`` / ``AGENTCACHE_LOG_LEVEL`` (``debug``, ``info``, ``warning``, ``error``, ``critical``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from ._exceptions import ConfigError
+from ._log import ROOT
 
 __all__ = ["LEVELS", "RENDERERS", "configure_logging", "reset_logging"]
 
@@ -30,12 +31,20 @@ LEVELS: dict[str, int] = {
 
 #: The (renderer, level) currently configured by :func:`configure_logging`, or None.
 _configured: tuple[str, str] | None = None
+_handler: logging.Handler | None = None
 
 
-def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
-    """A PrintLogger on the *current* ``sys.stderr`` (looked up per logger, so redirections such as
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler on the *current* ``sys.stderr`` (looked up per record, so redirections such as
     pytest's capture or typer's CliRunner are honoured)."""
-    return structlog.PrintLogger(file=sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ assigns it
+        pass
 
 
 def _validate(renderer: str, level: str) -> tuple[str, str]:
@@ -49,44 +58,50 @@ def _validate(renderer: str, level: str) -> tuple[str, str]:
 
 
 def configure_logging(renderer: str = "console", level: str = "warning") -> None:
-    """Configure structlog to write ``renderer``-formatted lines at ``level`` and above to stderr.
+    """Write agentcache's log events at ``level`` and above to stderr, ``renderer``-formatted.
 
-    Processors: contextvars merge, log level, ISO timestamp, then ``JSONRenderer`` (``json``, after
-    ``format_exc_info``) or ``ConsoleRenderer`` (``console``; colours only when stderr is a terminal).
-    Idempotent: calling it again with the same settings does nothing; other settings replace the
-    previous configuration.
-    Raises ConfigError for an unknown renderer or level.
+    One handler on the ``agentcache`` logger (not propagated to the root logger): structlog's
+    :class:`~structlog.stdlib.ProcessorFormatter` adds the log level and an ISO timestamp, then renders with
+    ``JSONRenderer`` (``json``, tracebacks as an ``exception`` string) or ``ConsoleRenderer`` (``console``; colours
+    only when stderr is a terminal). Idempotent: calling it again with the same settings does nothing; other
+    settings replace the previous handler. Raises ConfigError for an unknown renderer or level.
     """
-    global _configured
+    global _configured, _handler
     settings = _validate(renderer, level)
     if _configured == settings:
         return
     r, lv = settings
-    processors: list[structlog.types.Processor] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso"),
-    ]
-    if r == "json":
-        # exc_info → a "exception" string, so tracebacks serialise (ConsoleRenderer formats them itself).
-        processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
-    else:
-        processors.append(structlog.dev.ConsoleRenderer(colors=_stderr_is_tty()))
-    structlog.configure(
-        processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[lv]),
-        logger_factory=_stderr_logger,
-        # Not cached: each log call binds a fresh PrintLogger on the current sys.stderr.
-        cache_logger_on_first_use=False,
+    final: Any = (
+        structlog.processors.JSONRenderer() if r == "json" else structlog.dev.ConsoleRenderer(colors=_stderr_is_tty())
     )
-    _configured = settings
+    steps: list[Any] = [structlog.stdlib.add_log_level, structlog.processors.TimeStamper(fmt="iso")]
+    if r == "json":
+        steps.append(structlog.processors.format_exc_info)
+    handler = _Stderr()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[*steps, structlog.stdlib.ProcessorFormatter.remove_processors_meta, final],
+            foreign_pre_chain=steps,
+        )
+    )
+    root = logging.getLogger(ROOT)
+    if _handler is not None:
+        root.removeHandler(_handler)
+    root.addHandler(handler)
+    root.setLevel(LEVELS[lv])
+    root.propagate = False
+    _handler, _configured = handler, settings
 
 
 def reset_logging() -> None:
-    """Undo :func:`configure_logging` (structlog back to its defaults); for tests."""
-    global _configured
-    structlog.reset_defaults()
-    _configured = None
+    """Undo :func:`configure_logging` (the ``agentcache`` logger back to silent); for tests."""
+    global _configured, _handler
+    root = logging.getLogger(ROOT)
+    if _handler is not None:
+        root.removeHandler(_handler)
+    root.setLevel(logging.NOTSET)
+    root.propagate = True
+    _handler = _configured = None
 
 
 def _stderr_is_tty() -> bool:

@@ -40,9 +40,8 @@ from datetime import date
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
-import structlog
-
 from ._exceptions import ConfigError
+from ._log import get_logger
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
 from .model._usage import normalize_usage
 from .session._session import Session, SessionClosedError, Sessions
@@ -51,7 +50,7 @@ from .session._turn import Turn
 __all__ = ["WrappedClient", "default_sessions", "reset_default_sessions", "wrap"]
 
 C = TypeVar("C")
-log = structlog.get_logger("agentcache.wrap")
+log = get_logger("agentcache.wrap")
 
 #: SDK keyword arguments that are not wire body fields: kept aside and passed back unchanged.
 SDK_ONLY = frozenset(

@@ -28,14 +28,13 @@ import inspect
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import structlog
-
+from ._log import get_logger
 from .model._usage import CacheUsage, as_dict, merge_anthropic_usage, normalize_usage, read_field
 from .session._turn import Turn
 
 __all__ = ["StreamManagerProxy", "UsageTap", "tap_stream"]
 
-log = structlog.get_logger("agentcache.wrap")
+log = get_logger("agentcache.wrap")
 
 _RESPONSES_DONE = frozenset({"response.completed", "response.incomplete", "response.failed"})
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from agentcache import ArmMetrics, AuditReport, BreakRecord, ConfigError, SessionReport, audit
 from agentcache import _cli as cli
+from agentcache._log import get_logger
 from agentcache._logging import configure_logging, reset_logging
 from agentcache.analysis._render import render_report
 from agentcache.loaders import load
@@ -247,7 +247,7 @@ def test_json_logs_go_to_stderr_only() -> None:
 def test_configure_logging_is_idempotent(capsys: pytest.CaptureFixture[str]) -> None:
     configure_logging("json", "error")
     configure_logging("json", "error")
-    log = structlog.get_logger("test")
+    log = get_logger("agentcache.test")
     log.warning("hidden")
     log.error("shown", n=1)
     out, err = capsys.readouterr()

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-from structlog.testing import capture_logs
 
+from agentcache._log import capture_logs
 from tests.test_proxy_support import ANTHROPIC_KEY, FakeUpstream, anthropic_body, conversation, proxy
 
 REDIS = shutil.which("redis-server")

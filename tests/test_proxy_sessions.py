@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 import httpx
-from structlog.testing import capture_logs
 
+from agentcache._log import capture_logs
 from tests.test_proxy_support import ANTHROPIC_KEY, OTHER_KEY, FakeUpstream, anthropic_body, conversation, proxy
 
 A = {"x-api-key": ANTHROPIC_KEY}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import logging
 import random
 import tracemalloc
 from collections import defaultdict
@@ -14,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import structlog
 
 openai = pytest.importorskip("openai")
 
@@ -36,9 +34,7 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture
 def quiet() -> Iterator[None]:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     yield
-    structlog.reset_defaults()
 
 
 def test_100_async_sessions_interleaving_turns_keep_separate_state(upstream: FakeUpstream, quiet: None) -> None:

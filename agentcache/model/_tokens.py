@@ -18,9 +18,9 @@ from collections import OrderedDict
 from importlib import resources
 from typing import Protocol
 
-import structlog
+from .._log import get_logger
 
-log = structlog.get_logger("agentcache.tokens")
+log = get_logger("agentcache.tokens")
 
 _O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 _O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"

@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
 from .._exceptions import InputError
+from .._log import get_logger
 from ..analysis._diagnose import diagnose
 from ..model._canonical import CanonicalRequest, common_prefix
 from ..model._fields import LifecycleEvent, PrefixIdentity, ReuseBoundary, SessionSignal, StorageTier, TurnReport
@@ -35,7 +35,7 @@ from ._state import ProxyState
 
 __all__ = ["Turn", "handle_api", "read_body", "relay"]
 
-log = structlog.get_logger("agentcache.proxy")
+log = get_logger("agentcache.proxy")
 _MAX_SESSION_ID = 256
 
 

@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-import structlog
 
+from .._log import get_logger
 from ..model._canonical import dumps
 from ..model._usage import CacheUsage, normalize_usage
 from ..policies import KeepWarmDecision
@@ -31,7 +31,7 @@ from ._transport import UpstreamClient
 
 __all__ = ["KeepWarmer"]
 
-log = structlog.get_logger("agentcache.proxy")
+log = get_logger("agentcache.proxy")
 
 
 class KeepWarmer:

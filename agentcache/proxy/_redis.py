@@ -29,8 +29,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-import structlog
-
+from .._log import get_logger
 from ..adapters import canonicalize
 from ..session._pipeline import Prepared, SessionPipeline
 from ..session._turn import learning, restore
@@ -40,7 +39,7 @@ from ._store import OpenResult, StoreUnavailable
 
 __all__ = ["RedisStore"]
 
-log = structlog.get_logger("agentcache.proxy")
+log = get_logger("agentcache.proxy")
 T = TypeVar("T")
 
 _DROP_IDX = """

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 
-import structlog
-
 from .._config import Settings, get_settings
+from .._log import get_logger
 from ._app import create_app
 from ._config import ProxyConfig, is_loopback, unknown_env
 
 __all__ = ["serve"]
 
-log = structlog.get_logger("agentcache.proxy")
+log = get_logger("agentcache.proxy")
 
 
 def serve(config: ProxyConfig, settings: Settings | None = None) -> None:

@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import httpx
-import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
 from .._config import Settings, get_settings
+from .._log import get_logger
 from ..model._fields import LifecycleEvent
 from ..model._usage import CacheUsage
 from ..session._lifecycle import Sink, emit
@@ -35,7 +35,7 @@ from ._transport import ShardedTransport, UpstreamClient, env_proxy
 
 __all__ = ["ProxyState"]
 
-log = structlog.get_logger("agentcache.proxy")
+log = get_logger("agentcache.proxy")
 T = TypeVar("T")
 
 

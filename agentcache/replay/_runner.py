@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import structlog
 
 from .._config import Settings, get_settings
+from .._log import get_logger
 from ..loaders import Record
 from ..session._pipeline import Prepared, ScopeMemory, SessionPipeline
 from ._client import TurnResult, send_turn
@@ -31,7 +31,7 @@ from ._report import ReplayResult
 
 __all__ = ["ReplayConfig", "detect_endpoint", "group_sessions", "replay", "run_replay"]
 
-log = structlog.get_logger("agentcache.replay")
+log = get_logger("agentcache.replay")
 
 
 @dataclass(frozen=True, slots=True)

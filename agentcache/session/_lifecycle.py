@@ -5,8 +5,9 @@ Every wrapped request yields a :class:`TurnReport` keyed by the four fields of d
 ``session_signal`` (:class:`SessionSignal`) and ``storage_tier`` (:class:`StorageTier`). Sessions emit
 a :class:`LifecycleEvent` for each of ``open``, ``turn``, ``retry``, ``fork`` and ``close``:
 
-* to structlog, logger ``agentcache.session``, event ``session.<name>`` at info level, with the four
-  fields as dicts. Only ids, hashes and counts are logged: never prompt text or credentials;
+* to the ``agentcache.session`` logger (:mod:`agentcache._log`: silent unless the host configures logging),
+  event ``session.<name>`` at info level, with the four fields as dicts. Only ids, hashes and counts are
+  logged: never prompt text or credentials;
 * to every registered sink: a plain callable ``sink(event)``, :class:`SGLangSink` or
   :class:`PrometheusSink`. A sink may also have ``annotate(body, signal, base_url) -> body``, called
   on each outgoing wire body (the SGLang sink adds ``session_id`` there). A failing sink is logged
@@ -30,13 +31,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import structlog
-
+from .._log import enabled, get_logger
 from ..model._fields import LifecycleEvent, SessionSignal
 
 __all__ = ["Sink", "annotate", "emit"]
 
-log = structlog.get_logger("agentcache.session")
+log_name = "agentcache.session"
+log = get_logger(log_name)
 
 
 class Sink(Protocol):
@@ -47,7 +48,8 @@ class Sink(Protocol):
 
 def emit(event: LifecycleEvent, sinks: list[Sink] | tuple[Sink, ...]) -> None:
     """Log ``event`` and hand it to each sink; a sink that raises is logged and skipped."""
-    log.info(f"session.{event.event}", **event.log_fields())
+    if enabled(log_name):
+        log.info(f"session.{event.event}", **event.log_fields())
     for sink in sinks:
         try:
             sink(event)

@@ -12,14 +12,13 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 from urllib.parse import urlsplit
 
-import structlog
-
 from .._exceptions import ConfigError
+from .._log import get_logger
 from ..model._fields import EVENTS, LifecycleEvent, SessionSignal
 
 __all__ = ["PrometheusSink", "SGLangSink"]
 
-log = structlog.get_logger("agentcache.session")
+log = get_logger("agentcache.session")
 
 
 def _optional(module: str, user: str) -> Any:
