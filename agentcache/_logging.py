@@ -38,7 +38,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     """A stream handler on the *current* ``sys.stderr`` (looked up per record, so redirections such as
     pytest's capture or typer's CliRunner are honoured)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 
