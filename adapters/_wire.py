@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentcache._exceptions import InputError
-from agentcache.model._plan import KEEP, WirePlan
+from agentcache.model._canonical import Marker
+from agentcache.model._plan import KEEP, MarkerSpec, WirePlan
 
 _TOKEN = re.compile(r"([A-Za-z_]+)|\[(\d+)\]")
 
@@ -15,14 +16,6 @@ _TOKEN = re.compile(r"([A-Za-z_]+)|\[(\d+)\]")
 def parse_path(path: str) -> list[str | int]:
     """``"messages[5].content[0]"`` → ``["messages", 5, "content", 0]``."""
     return [name if name else int(idx) for name, idx in _TOKEN.findall(path)]
-
-
-def get_path(root: Any, path: str) -> Any:
-    """The value at ``path`` in ``root``; raises KeyError/IndexError when absent."""
-    cur = root
-    for key in parse_path(path):
-        cur = cur[key]
-    return cur
 
 
 def set_path(root: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -42,15 +35,36 @@ def set_path(root: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return result
 
 
-def apply_common(
-    body: dict[str, Any],
-    plan: WirePlan,
-    set_markers: Callable[[dict[str, Any], tuple[tuple[str, str], ...]], dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """Apply replace → tool_order → cache_key → markers; ``set_markers`` is the format's marker writer."""
+_ITEM = re.compile(r"([A-Za-z_]+)\[(\d+)\]$")
+
+MarkerWriter = Callable[[dict[str, Any], tuple[tuple[str, MarkerSpec], ...], "frozenset[int] | None"], dict[str, Any]]
+
+
+def replace_units(body: dict[str, Any], replace: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``body`` with each ``path → value`` of ``replace`` set. Whole items of a top-level list
+    (``messages[5]``, ``tools[2]``) and top-level fields are set with one copy of each list touched, however many
+    of its items change; deeper paths go through :func:`set_path`."""
     out = dict(body)
-    for path, value in plan.replace.items():
-        out = set_path(out, path, value)
+    lists: dict[str, list[Any]] = {}
+    for path, value in replace.items():
+        m = _ITEM.match(path)
+        if m is not None and isinstance(out.get(m.group(1)), list):
+            name = m.group(1)
+            items = lists.get(name)
+            if items is None:
+                items = lists[name] = list(out[name])
+                out[name] = items
+            items[int(m.group(2))] = value
+        elif "." not in path and "[" not in path:
+            out[path] = value
+        else:
+            out = set_path(out, path, value)
+    return out
+
+
+def apply_common(body: dict[str, Any], plan: WirePlan, set_markers: MarkerWriter | None = None) -> dict[str, Any]:
+    """Apply replace → tool_order → cache_key → markers; ``set_markers`` is the format's marker writer."""
+    out = replace_units(body, plan.replace) if plan.replace else dict(body)
     if plan.tool_order is not None:
         tools = out.get("tools") or []
         if sorted(plan.tool_order) != list(range(len(tools))):
@@ -62,7 +76,7 @@ def apply_common(
         else:
             out["prompt_cache_key"] = plan.cache_key
     if set_markers is not None and (plan.markers is not None or plan.top_marker is not None):
-        out = set_markers(out, plan.markers if plan.markers is not None else ())
+        out = set_markers(out, plan.markers if plan.markers is not None else (), plan.marked)
         if plan.top_marker is False:
             out.pop("cache_control", None)
         elif plan.top_marker is True and "cache_control" not in out:
@@ -94,7 +108,7 @@ def require_content(value: Any, where: str) -> None:
     require_list(value, where)
 
 
-def wanted_items(markers: tuple[tuple[str, str], ...], field: str) -> set[int]:
+def wanted_items(markers: tuple[tuple[str, MarkerSpec], ...], field: str) -> set[int]:
     """Indices ``i`` of the ``field[i]...`` items that ``markers`` name (paths parsed once, not per unit)."""
     out: set[int] = set()
     for path, _ in markers:
@@ -105,14 +119,25 @@ def wanted_items(markers: tuple[tuple[str, str], ...], field: str) -> set[int]:
 
 
 def content_units(
-    items: Any, field: str, key: str, wanted: set[int], *, strings: bool, roles_only: bool = False
+    items: Any,
+    field: str,
+    key: str,
+    wanted: set[int],
+    *,
+    strings: bool,
+    roles_only: bool = False,
+    marked: frozenset[int] | None = None,
 ) -> list[tuple[str, Any]]:
     """``(path, unit)`` of the message content units a marker writer must visit: every unit of a ``wanted``
     item, and elsewhere only the units that carry ``key`` now (the others stay as they are, so a long history
     costs one membership test per unit). ``strings``: a non-empty string content is a unit (markable);
-    ``roles_only``: skip items without a ``role`` (Responses items that are not messages)."""
+    ``roles_only``: skip items without a ``role`` (Responses items that are not messages). ``marked``: the items
+    that may carry ``key`` now, when known: only those and the ``wanted`` ones are looked at."""
     units: list[tuple[str, Any]] = []
-    for i, item in enumerate(items if isinstance(items, list) else []):
+    seq = items if isinstance(items, list) else []
+    indices = range(len(seq)) if marked is None else sorted(i for i in wanted | marked if i < len(seq))
+    for i in indices:
+        item = seq[i]
         if not isinstance(item, dict) or (roles_only and not item.get("role")):
             continue
         content = item.get("content")
@@ -133,31 +158,38 @@ def content_units(
 def write_markers(
     body: dict[str, Any],
     units: list[tuple[str, Any]],
-    markers: tuple[tuple[str, str], ...],
+    markers: tuple[tuple[str, MarkerSpec], ...],
     key: str,
     value: Callable[[str], Any],
     text_type: str = "text",
 ) -> dict[str, Any]:
     """A copy of ``body`` where, among ``units`` (``(path, unit)`` for every unit of ``body`` that carries a
-    marker or may be given one), exactly the ``(path, ttl)`` pairs of ``markers`` carry ``key: value(ttl)``.
-    A string unit that gets a marker becomes a one-element list of ``{"type": text_type, "text": ...}``.
-    Raises InputError for a marker path not among ``units``."""
+    marker or may be given one), exactly the ``(path, marker)`` pairs of ``markers`` carry ``key``: a
+    :class:`~agentcache.model.Marker` with a ``raw`` wire value (the client's own) as it was sent, else
+    ``value(ttl)``. A string unit that gets a marker becomes a one-element list of
+    ``{"type": text_type, "text": ...}``. Raises InputError for a marker path not among ``units``."""
     want = dict(markers)
     out = body
     for path, unit in units:
         has = isinstance(unit, dict) and key in unit
-        ttl = want.pop(path, None)
-        if ttl is None and not has:
+        spec = want.pop(path, None)
+        if spec is None and not has:
             continue
         if isinstance(unit, str):
             unit = {"type": text_type, "text": unit}
             new: Any = [unit]
         if isinstance(unit, dict):
             unit = {k: v for k, v in unit.items() if k != key}
-            if ttl is not None:
-                unit[key] = value(ttl)
+            if spec is not None:
+                unit[key] = _marker_value(spec, value)
         new = [unit] if path.endswith(".content") or path in ("system", "instructions") else unit
         out = set_path(out, path, new)
     if want:
         raise InputError(f"marker paths not in body: {sorted(want)}")
     return out
+
+
+def _marker_value(spec: MarkerSpec, value: Callable[[str], Any]) -> Any:
+    if isinstance(spec, Marker):
+        return spec.raw if spec.raw is not None else value(spec.ttl)
+    return value(spec)

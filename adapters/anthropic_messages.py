@@ -14,7 +14,7 @@ from typing import Any
 
 from agentcache._exceptions import InputError
 from agentcache.model._canonical import BlockCache, Builder, CanonicalRequest, Marker, dumps
-from agentcache.model._plan import WirePlan
+from agentcache.model._plan import MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
 
 from ._wire import (
@@ -84,7 +84,9 @@ def _cache_control(ttl: str) -> dict[str, str]:
     return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
 
 
-def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+def set_markers(
+    body: dict[str, Any], markers: tuple[tuple[str, MarkerSpec], ...], marked: frozenset[int] | None = None
+) -> dict[str, Any]:
     """A copy of ``body`` whose block markers are exactly ``markers`` (``(path, ttl)`` pairs)."""
     key = "cache_control"
     tools_wanted = wanted_items(markers, "tools")
@@ -98,7 +100,9 @@ def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> d
         units += [(f"system[{i}]", blk) for i, blk in enumerate(system)]
     elif isinstance(system, str) and system:
         units.append(("system", system))
-    units += content_units(body.get("messages"), "messages", key, wanted_items(markers, "messages"), strings=False)
+    units += content_units(
+        body.get("messages"), "messages", key, wanted_items(markers, "messages"), strings=False, marked=marked
+    )
     return write_markers(body, units, markers, key, _cache_control)
 
 

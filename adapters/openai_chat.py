@@ -13,7 +13,7 @@ from typing import Any
 from agentcache._exceptions import InputError
 from agentcache.model._canonical import BlockCache, Builder, CanonicalRequest, dumps
 from agentcache.model._causes import Section
-from agentcache.model._plan import WirePlan
+from agentcache.model._plan import MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
 
 from ._wire import (
@@ -96,10 +96,13 @@ def breakpoint_value(ttl: str) -> dict[str, str]:
     return {"mode": "explicit"}
 
 
-def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+def set_markers(
+    body: dict[str, Any], markers: tuple[tuple[str, MarkerSpec], ...], marked: frozenset[int] | None = None
+) -> dict[str, Any]:
     """A copy of ``body`` whose ``prompt_cache_breakpoint`` parts are exactly ``markers`` (gpt-5.6+)."""
     key = "prompt_cache_breakpoint"
-    units = content_units(body.get("messages"), "messages", key, wanted_items(markers, "messages"), strings=True)
+    wanted = wanted_items(markers, "messages")
+    units = content_units(body.get("messages"), "messages", key, wanted, strings=True, marked=marked)
     return write_markers(body, units, markers, "prompt_cache_breakpoint", breakpoint_value)
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from agentcache._exceptions import InputError
 from agentcache.model._canonical import BlockCache, Builder, CanonicalRequest, dumps
 from agentcache.model._causes import Section
-from agentcache.model._plan import WirePlan
+from agentcache.model._plan import MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
 
 from ._wire import (
@@ -77,11 +77,13 @@ def canonicalize(
     )
 
 
-def set_markers(body: dict[str, Any], markers: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+def set_markers(
+    body: dict[str, Any], markers: tuple[tuple[str, MarkerSpec], ...], marked: frozenset[int] | None = None
+) -> dict[str, Any]:
     """A copy of ``body`` whose ``prompt_cache_breakpoint`` parts are exactly ``markers`` (gpt-5.6+)."""
     key = "prompt_cache_breakpoint"
     wanted = wanted_items(markers, "input")
-    units = content_units(body.get("input"), "input", key, wanted, strings=True, roles_only=True)
+    units = content_units(body.get("input"), "input", key, wanted, strings=True, roles_only=True, marked=marked)
     return write_markers(body, units, markers, "prompt_cache_breakpoint", breakpoint_value, "input_text")
 
 

@@ -10,7 +10,7 @@ from .analysis._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, 
 from .model._canonical import Block, CanonicalRequest, Marker
 from .model._fields import LifecycleEvent, PrefixIdentity, ReuseBoundary, SessionSignal, StorageTier, TurnReport
 from .model._usage import CacheUsage, UsageTotals, cost_usd, normalize_usage
-from .session._session import Session, SessionClosedError, Sessions, Tombstone
+from .session import Session, SessionClosedError, Sessions, Tombstone
 from .session._sinks import PrometheusSink, SGLangSink
 
 __version__ = "0.1.0"

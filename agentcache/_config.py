@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._exceptions import ConfigError
@@ -28,6 +28,10 @@ class Settings(BaseSettings):
     ``openai_cache_key``: ``lineage`` sets a ``prompt_cache_key`` per session lineage when the client
     sends none; ``off`` never adds one. ``openai_rpm_per_key``: requests/min one key may carry before
     sessions are sharded over several keys (OpenAI's published ~15).
+    ``target``: whose cache rules every session plans for, whatever the door declares or detects: ``auto``
+    (default: declared > detected > the request's API), ``anthropic``, ``openai``, ``engine``, or an engine
+    name (``sglang``, ``llama.cpp``, ``vllm``). ``detect_engines``: ask an endpoint that is not a provider host
+    whether it is a local engine (``GET /v1/models``, ``/props``) before choosing provider rules.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTCACHE_", extra="ignore")
@@ -38,6 +42,18 @@ class Settings(BaseSettings):
     move_volatile: bool = False
     openai_cache_key: Literal["lineage", "off"] = "lineage"
     openai_rpm_per_key: float = Field(default=15.0, gt=0)
+    target: str = "auto"
+    detect_engines: bool = True
+
+    @field_validator("target")
+    @classmethod
+    def _check_target(cls, value: str) -> str:
+        from .model._types import parse_engine
+
+        key = value.strip().lower()
+        if key not in ("auto", "anthropic", "openai", "engine"):
+            parse_engine(key)  # raises ConfigError (a ValueError) listing the engines
+        return key
 
 
 _settings: Settings | None = None

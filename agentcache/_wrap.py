@@ -24,10 +24,11 @@ raises its own ``TypeError``), values that are not JSON (files, bytes), and requ
 explicitly. Fail open: if agentcache itself fails, the original method gets the original arguments and
 a warning is logged (exception type only; details at debug level).
 
-The provider whose cache rules apply is, unless given: ``anthropic`` for an Anthropic client on
-``*.anthropic.com`` (or Bedrock/Vertex), ``openai`` for an OpenAI client on ``api.openai.com`` or
-Azure, and ``engine`` (repairs only: no markers, no ``prompt_cache_key``) for any other base URL, such
-as llama.cpp, SGLang, vLLM or a proxy.
+The target whose cache rules apply is resolved once per client and API by
+:func:`agentcache.targets.resolve_target`, as in every door: the ``target`` setting, else ``provider=`` (or the
+session manager's), else an engine the base URL answers as (llama.cpp, SGLang, vLLM: asked once per origin,
+never for a provider host), else the provider of the SDK's API. So an Anthropic client pointed at a gateway
+(LiteLLM, OpenRouter, a company gateway) keeps Anthropic's rules, and a local engine gets repairs only.
 """
 
 from __future__ import annotations
@@ -38,14 +39,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date
 from typing import Any, TypeVar, cast
-from urllib.parse import urlsplit
 
 from ._exceptions import ConfigError
 from ._log import get_logger
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
 from .model._usage import normalize_usage
-from .session._session import Session, SessionClosedError, Sessions
-from .session._turn import Turn
+from .session import Session, Sessions, Turn
+from .targets import Target, probe, resolve_target
 
 __all__ = ["WrappedClient", "default_sessions", "reset_default_sessions", "wrap"]
 
@@ -58,8 +58,6 @@ SDK_ONLY = frozenset(
     | {"user_profile_id", "workspace_id"}
 )
 _RAW_HEADER = "x-stainless-raw-response"
-_ANTHROPIC_HOSTS = ("anthropic.com", "amazonaws.com", "googleapis.com")
-_OPENAI_HOSTS = ("api.openai.com", "openai.azure.com")
 _MAX_DEPTH = 64
 
 
@@ -74,15 +72,6 @@ def _sdk_of(client: Any) -> str | None:
         if root in ("anthropic", "openai"):
             return root
     return None
-
-
-def infer_provider(sdk: str, base_url: str | None) -> str:
-    """Provider rules for an ``sdk`` client talking to ``base_url`` (see the module docstring)."""
-    host = (urlsplit(str(base_url or "")).hostname or "").lower()
-    known = _ANTHROPIC_HOSTS if sdk == "anthropic" else _OPENAI_HOSTS
-    if not host or any(host == h or host.endswith("." + h) for h in known):
-        return sdk
-    return "engine"
 
 
 def _is_sentinel(value: Any) -> bool:
@@ -169,7 +158,24 @@ class WrappedClient:
         self._ac_client, self._ac_session, self._ac_sdk = client, session, sdk
         base = getattr(client, "base_url", None)
         self._ac_base_url = str(base) if base is not None else None
-        self._ac_provider = provider or infer_provider(sdk, self._ac_base_url)
+        self._ac_provider = provider
+        self._ac_targets: dict[str, Target] = {}
+
+    def _ac_target(self, api: str) -> Target:
+        """The target for this client's requests of ``api`` (resolved once; see the module docstring)."""
+        target = self._ac_targets.get(api)
+        if target is None:
+            manager = self._ac_session.manager
+            settings = manager.settings
+            detected = None
+            declared = self._ac_provider or manager.provider
+            if settings.target == "auto" and declared is None and settings.detect_engines and self._ac_base_url:
+                detected = probe(self._ac_base_url).engine
+            target = resolve_target(
+                api, setting=settings.target, declared=declared, detected=detected, model=manager.model
+            )
+            self._ac_targets[api] = target
+        return target
 
     @property
     def agentcache_session(self) -> Session:
@@ -215,12 +221,10 @@ class WrappedClient:
         """Prepare the call; None means send it unchanged (never raises)."""
         try:
             body, side = split_kwargs(method, kwargs)
-            turn = self._ac_session.begin(api, body, provider=self._ac_provider, base_url=self._ac_base_url)
+            turn = self._ac_session.begin(api, body, base_url=self._ac_base_url, target=self._ac_target(api))
             return _Plan(turn, send_kwargs(method, turn.body, side), bool(body.get("stream")))
         except _Passthrough as why:
             log.debug("wrap.passthrough", api=api, reason=str(why))
-        except SessionClosedError:
-            log.warning("wrap.session_closed", api=api, session_id=self._ac_session.session_id)
         except Exception as exc:  # fail open
             log.warning("wrap.failed_open", stage="prepare", api=api, error=type(exc).__name__)
             log.debug("wrap.failed_open_detail", api=api, detail=repr(exc), exc_info=True)
@@ -305,10 +309,11 @@ def wrap(
     """Wrap an Anthropic or OpenAI SDK client (sync or async) so its requests keep their cached prefix.
 
     ``session``: the :class:`Session` the calls belong to; default a new session of ``sessions`` (or of
-    the process-wide manager, :func:`default_sessions`). ``provider``: ``anthropic``, ``openai`` or
-    ``engine`` to override the inference from the client's base URL. Returns a proxy that behaves as
-    ``client`` (typed as it; ``isinstance`` checks see the proxy class). Wrapping a wrapped client wraps
-    its original. Raises ConfigError for an object that is not an Anthropic or OpenAI client.
+    the process-wide manager, :func:`default_sessions`). ``provider``: the target to declare (``anthropic``,
+    ``openai``, ``engine`` or an engine name such as ``llama.cpp``) instead of resolving it (module
+    docstring). Returns a proxy that behaves as ``client`` (typed as it; ``isinstance`` checks see the proxy
+    class). Wrapping a wrapped client wraps its original. Raises ConfigError for an object that is not an
+    Anthropic or OpenAI client.
     """
     inner: Any = client.agentcache_unwrap() if isinstance(client, WrappedClient) else client
     sdk = _sdk_of(inner)

@@ -8,14 +8,16 @@ caller holds is still the SDK's own. Usage comes from:
 * Anthropic: ``message_start.message.usage`` (input and cache tokens), then each ``message_delta.usage``
   (cumulative; non-null fields win), as the SDK's accumulator does;
 * OpenAI Chat Completions: a chunk with ``usage`` (sent when the request sets
-  ``stream_options={"include_usage": true}``; llama.cpp adds ``timings`` beside it);
+  ``stream_options={"include_usage": true}``), and llama.cpp's ``timings`` on the final chunk (usage even
+  without ``include_usage``);
 * OpenAI Responses: ``response.completed`` (or ``response.incomplete``/``response.failed``) ``.response.usage``.
 
-The turn completes when the stream ends: normally or closed early by the consumer → :meth:`Turn.succeed`
-with the usage seen so far (an early close still sent the request; its prompt usage is known from the
-first event on Anthropic); an exception from the stream (connection cut, SDK error event) →
-:meth:`Turn.fail` and the exception propagates unchanged. A stream that is never iterated completes
-nothing. When the stream has no ``_iterator`` to tap, the turn succeeds at once without usage.
+The SDK returning the stream means the upstream accepted the request: the turn is committed then
+(:meth:`Turn.commit`). It finishes when the stream ends (:meth:`Turn.finish` with the usage seen: normally, or
+closed early by the consumer, whose request was still sent); an exception from the stream (connection cut, SDK
+error event) finishes it as cut (a retry is counted; the request stays committed) and propagates unchanged. A
+stream that is never iterated is committed and never finished. When the stream has no ``_iterator`` to tap, the
+turn finishes at once without usage.
 
 :class:`StreamManagerProxy` stands in for Anthropic's ``messages.stream()`` manager, whose request is
 sent on ``__enter__``/``__aenter__``: an error there is a retry; the ``MessageStream`` it yields is the
@@ -29,54 +31,38 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ._log import get_logger
-from .model._usage import CacheUsage, as_dict, merge_anthropic_usage, normalize_usage, read_field
-from .session._turn import Turn
+from .model._usage import CacheUsage, UsageAccumulator
+from .session import Turn
 
 __all__ = ["StreamManagerProxy", "UsageTap", "tap_stream"]
 
 log = get_logger("agentcache.wrap")
 
-_RESPONSES_DONE = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
 
 class UsageTap:
-    """Collects usage from the events of one stream of ``api``; :attr:`usage` is the latest known."""
+    """Collects usage from the events of one stream of ``api`` (SDK event objects or dicts) with a
+    :class:`~agentcache.model._usage.UsageAccumulator`; :attr:`usage` is the latest known."""
 
-    __slots__ = ("_anthropic", "api", "usage")
+    __slots__ = ("_acc", "api")
 
     def __init__(self, api: str) -> None:
         self.api = api
-        self.usage: CacheUsage | None = None
-        self._anthropic: dict[str, Any] | None = None
+        self._acc = UsageAccumulator(api)
+
+    @property
+    def usage(self) -> CacheUsage | None:
+        """The usage read so far, or None."""
+        return self._acc.usage
 
     def observe(self, event: Any) -> None:
         """Read one event (any SDK event object or dict); never raises."""
-        try:
-            kind = read_field(event, "type")
-            if self.api == "anthropic.messages":
-                if kind == "message_start":
-                    self._anthropic = merge_anthropic_usage(None, read_field(read_field(event, "message"), "usage"))
-                elif kind == "message_delta":
-                    self._anthropic = merge_anthropic_usage(self._anthropic, read_field(event, "usage"))
-                else:
-                    return
-                self.usage = normalize_usage({"usage": self._anthropic}, self.api)
-            elif self.api == "openai.responses":
-                if kind in _RESPONSES_DONE:
-                    self.usage = normalize_usage(read_field(event, "response"), self.api) or self.usage
-            elif read_field(event, "usage") is not None:
-                self.usage = normalize_usage(as_dict(event), self.api) or self.usage
-        except Exception as exc:  # fail open: a strange event never breaks the stream
-            log.debug("wrap.usage_unreadable", api=self.api, error=type(exc).__name__)
+        self._acc.add_event(event)
 
 
 def _complete(turn: Turn, tap: UsageTap, exc: BaseException | None) -> None:
     try:
-        if exc is None:
-            turn.succeed(tap.usage)
-        elif isinstance(exc, Exception):
-            turn.fail(exc)
-        # other BaseExceptions (cancellation, interrupt): not a retry, and not committed
+        # An exception mid-stream is a cut response; cancellation or an interrupt ends it like an early close.
+        turn.finish(tap.usage, cut=isinstance(exc, Exception))
     except Exception as err:  # fail open
         log.warning("wrap.failed_open", stage="stream_end", error=type(err).__name__)
 
@@ -113,6 +99,7 @@ def tap_stream(stream: Any, turn: Turn) -> Any:
     """Tap ``stream`` (an SDK ``Stream``/``AsyncStream``/``MessageStream``) for ``turn``'s usage and
     return it (the same object). Never raises: when it cannot tap, the turn succeeds without usage."""
     try:
+        turn.commit()
         inner: Any = getattr(stream, "_iterator", None)
         tap = UsageTap(turn.api)
         if hasattr(inner, "__anext__"):
@@ -122,7 +109,7 @@ def tap_stream(stream: Any, turn: Turn) -> Any:
             stream._iterator = _tap_sync(inner, turn, tap)
             return stream
         log.debug("wrap.stream_untapped", stream=type(stream).__name__)
-        turn.succeed(None)
+        turn.finish(None)
     except Exception as exc:  # fail open: the stream goes back as it came
         log.warning("wrap.failed_open", stage="stream_tap", error=type(exc).__name__)
     return stream
@@ -140,7 +127,7 @@ class StreamManagerProxy:
         try:
             stream = self._manager.__enter__()
         except Exception as exc:
-            _complete(self._turn, UsageTap(self._turn.api), exc)
+            self._turn.fail(exc)
             raise
         return tap_stream(stream, self._turn)
 
@@ -151,7 +138,7 @@ class StreamManagerProxy:
         try:
             stream = await self._manager.__aenter__()
         except Exception as exc:
-            _complete(self._turn, UsageTap(self._turn.api), exc)
+            self._turn.fail(exc)
             raise
         return tap_stream(stream, self._turn)
 

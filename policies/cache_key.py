@@ -10,9 +10,10 @@ lineages when the shard count grows from n−1 to n.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 
@@ -32,28 +33,44 @@ def _h64(text: str) -> int:
 
 @dataclass(slots=True)
 class KeyPlanner:
-    """Keys for one cache scope. ``rpm_per_key``: requests per minute one key should carry.
+    """Keys for one cache scope. ``rpm_per_key``: requests per minute one key should carry (setting
+    ``openai_rpm_per_key``). ``max_families``: static-prefix families remembered (least recently used dropped;
+    a forgotten family starts again at one shard).
 
-    ``key(family, lineage, now)`` records a request at ``now`` (seconds; None when unknown) and
-    returns its key ``ac-<family>-<shard>``; ``shards(family)`` is the current shard count, which
-    only grows (shrinking would move lineages away from their history).
+    ``key(family, lineage, now)`` is the key ``ac-<family>-<shard>`` for a request of ``lineage`` whose static
+    prefix hashes to ``family`` at ``now`` (seconds; None when unknown), counting that request; it changes
+    nothing. ``record(family, now)`` counts a request that was sent. ``shards(family)`` is the current shard
+    count, which only grows (shrinking would move lineages away from their history).
     """
 
     rpm_per_key: float = 15.0
-    _times: dict[str, deque[float]] = field(default_factory=dict)
+    max_families: int = 4096
+    _times: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
     _shards: dict[str, int] = field(default_factory=dict)
 
+    def _needed(self, family: str, now: float, extra: int) -> int:
+        window = self._times.get(family)
+        recent = len(window) - bisect.bisect_left(window, now - 60.0) if window else 0
+        return max(self._shards.get(family, 1), math.ceil((recent + extra) / self.rpm_per_key))
+
     def key(self, family: str, lineage: str, now: float | None) -> str:
-        """The key for a request of ``lineage`` whose static prefix hashes to ``family``."""
-        if now is not None:
-            window = self._times.setdefault(family, deque())
-            window.append(now)
-            while window and window[0] < now - 60.0:
-                window.popleft()
-            need = max(1, math.ceil(len(window) / self.rpm_per_key))
-            self._shards[family] = max(self._shards.get(family, 1), need)
-        shard = jump_hash(_h64(lineage), self._shards.get(family, 1))
-        return f"ac-{family[:12]}-{shard}"
+        """The key for a request of ``lineage`` whose static prefix hashes to ``family`` (pure)."""
+        shards = self._needed(family, now, 1) if now is not None else self._shards.get(family, 1)
+        return f"ac-{family[:12]}-{jump_hash(_h64(lineage), max(1, shards))}"
+
+    def record(self, family: str, now: float | None) -> None:
+        """Count a request of ``family`` sent at ``now`` (grows the shard count as the rate requires)."""
+        if now is None:
+            return
+        window = self._times.pop(family, None) or deque()
+        self._times[family] = window
+        window.append(now)
+        while window and window[0] < now - 60.0:
+            window.popleft()
+        self._shards[family] = self._needed(family, now, 0)
+        while len(self._times) > self.max_families:
+            old, _ = self._times.popitem(last=False)
+            self._shards.pop(old, None)
 
     def shards(self, family: str) -> int:
         """Current shard count of ``family``."""

@@ -14,6 +14,7 @@ that same turn, with the value it had then, on every later request.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,14 +33,14 @@ def suggestion(span: VolatileSpan, where: str) -> str:
     )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class VolatileMemory:
     """Per session: masked lines seen changing, the system lines last seen, and the moved text per
-    message index."""
+    message index (immutable: :func:`move_volatile` returns the next one)."""
 
-    patterns: set[str] = field(default_factory=set)
-    last_lines: list[list[str]] = field(default_factory=list)
-    moved: dict[int, str] = field(default_factory=dict)
+    patterns: frozenset[str] = frozenset()
+    last_lines: tuple[tuple[str, ...], ...] = ()
+    moved: Mapping[int, str] = field(default_factory=dict)
 
 
 def _system_texts(system: Any) -> list[str]:
@@ -50,21 +51,24 @@ def _system_texts(system: Any) -> list[str]:
     return []
 
 
-def learn(memory: VolatileMemory, body: dict[str, Any]) -> None:
-    """Record the lines of ``body``'s system prompt that changed only in volatile tokens."""
-    lines = [t.split("\n") for t in _system_texts(body.get("system"))]
+def learn(memory: VolatileMemory, body: Mapping[str, Any]) -> VolatileMemory:
+    """``memory`` after seeing ``body``'s system prompt: the lines that changed only in volatile tokens
+    are added to the patterns."""
+    lines = tuple(tuple(t.split("\n")) for t in _system_texts(body.get("system")))
+    patterns = set(memory.patterns)
     for old_block, new_block in zip(memory.last_lines, lines, strict=False):
         for old, new in zip(old_block, new_block, strict=False):
             if old != new and mask(old) == mask(new):
-                memory.patterns.add(mask(new))
-    memory.last_lines = lines
+                patterns.add(mask(new))
+    return VolatileMemory(frozenset(patterns), lines, memory.moved)
 
 
-def move_volatile(body: dict[str, Any], memory: VolatileMemory) -> dict[str, Any]:
-    """``body`` with the known-volatile system lines moved to the newest user turn (a new body)."""
-    learn(memory, body)
+def move_volatile(body: dict[str, Any], memory: VolatileMemory) -> tuple[dict[str, Any], VolatileMemory]:
+    """``(body, memory)``: ``body`` with the known-volatile system lines moved to the newest user turn (a new
+    body; the same object when there is nothing to move) and the memory after it. Pure."""
+    memory = learn(memory, body)
     if not memory.patterns:
-        return body
+        return body, memory
     system = body.get("system")
     removed: list[str] = []
 
@@ -84,12 +88,13 @@ def move_volatile(body: dict[str, Any], memory: VolatileMemory) -> dict[str, Any
         ]
     messages = [dict(m) for m in body.get("messages") or []]
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    if removed and users and users[-1] not in memory.moved:
-        memory.moved[users[-1]] = MOVED_PREFIX + "\n".join(removed)
-    for i, text in sorted(memory.moved.items()):
+    moved = dict(memory.moved)
+    if removed and users and users[-1] not in moved:
+        moved[users[-1]] = MOVED_PREFIX + "\n".join(removed)
+    for i, text in sorted(moved.items()):
         if i < len(messages):
             content = messages[i].get("content")
             blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
             messages[i]["content"] = [*blocks, {"type": "text", "text": text}]
     out["messages"] = messages
-    return out
+    return out, VolatileMemory(memory.patterns, memory.last_lines, moved)

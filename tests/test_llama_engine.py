@@ -99,6 +99,21 @@ def test_command_line_binds_loopback_and_rejects_host_override(tmp_path: Path) -
             LlamaServer(model, binary="/bin/false", extra_args=bad)
 
 
+def test_default_command_is_one_slot_of_8192_tokens(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    assert LlamaServer(model, binary="/bin/false").command(8123) == [
+        "/bin/false", "--model", str(model), "--host", LOOPBACK, "--port", "8123", "--parallel", "1",
+        "--ctx-size", "8192",
+    ]  # fmt: skip
+    templated = LlamaServer(model, binary="/bin/false", parallel=None, ctx_size=None, chat_template_file="t.jinja",
+                            extra_args=["--jinja"])  # fmt: skip
+    assert templated.command(1)[7:] == ["--chat-template-file", "t.jinja", "--jinja"]
+    for bad in ({"parallel": 0}, {"ctx_size": 0}, {"cache_ram_mib": -1}):
+        with pytest.raises(ValueError, match="must be >= "):
+            LlamaServer(model, binary="/bin/false", **bad)  # type: ignore[arg-type]
+
+
 # -- the real server --------------------------------------------------------------------------------------------
 
 

@@ -125,7 +125,7 @@ def test_planning_twice_changes_nothing_more() -> None:
     for r in case["requests"]:
         prep = pipe.prepare("anthropic.messages", r["body"])
         again = SessionPipeline("anthropic", scope=ScopeMemory())
-        again.memory, again.last_original = copy.copy(pipe.memory), pipe.last_original
+        again.state = pipe.state
         twice = again.prepare("anthropic.messages", prep.body)
         assert twice.body == prep.body
         pipe.commit(prep)

@@ -65,11 +65,25 @@ def test_jump_hash_is_consistent() -> None:
 def test_key_planner_shards_above_the_rate_and_keeps_lineages() -> None:
     kp = KeyPlanner(rpm_per_key=15)
     first = kp.key("fam", "lineage-a", 0.0)
+    assert kp.shards("fam") == 1  # asking for a key counts nothing: only a sent request is recorded
+    kp.record("fam", 0.0)
     assert first == kp.key("fam", "lineage-a", 1.0) == "ac-fam-0"
+    kp.record("fam", 1.0)
     for i in range(60):
-        kp.key("fam", f"l{i}", 2.0 + i * 0.5)  # 60 requests in 30 s
+        kp.key("fam", f"l{i}", 2.0 + i * 0.5)
+        kp.record("fam", 2.0 + i * 0.5)  # 60 requests in 30 s
     assert kp.shards("fam") == 5  # 62 requests within 60 s at 15 per key
     assert len({kp.key("fam", f"l{i}", 40.0) for i in range(40)}) > 1
+
+
+def test_key_planner_forgets_the_least_recently_used_families() -> None:
+    kp = KeyPlanner(rpm_per_key=1, max_families=3)
+    for t in range(3):
+        kp.record("busy", float(t))
+    assert kp.shards("busy") == 3
+    for i in range(10):  # a timestamp in the system prompt: a new family on every request
+        kp.record(f"f{i}", 10.0)
+    assert len(kp._times) == 3 and kp.shards("busy") == 1  # bounded; a forgotten family starts over
 
 
 def test_subagent_shares_the_root_key_and_session_key_is_stable() -> None:
@@ -173,7 +187,7 @@ def test_pipeline_exposes_keep_warm_decisions() -> None:
     d = pipe.keep_warm()  # 5m entries, one 420 s gap seen: one refresh bridges it
     assert d is not None and d.send and d.count == 1 and d.first_at == 270.0
     body = pipe.keep_warm_body()
-    assert body is not None and body["max_tokens"] == 0 and body["messages"] == pipe.memory.sent_body["messages"]  # type: ignore[index]
+    assert body is not None and body["max_tokens"] == 0 and body["messages"] == pipe.sent_body["messages"]  # type: ignore[index]
     assert pipe.keep_warm(expected_gap=100.0).send is False  # type: ignore[union-attr]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentcache.proxy._store import MemoryStore
+from agentcache.session import MemoryStore
 from agentcache.session._pipeline import SessionPipeline
 from tests.test_proxy_support import ANTHROPIC_KEY, FakeUpstream, Seen, anthropic_body, chat_body, conversation, proxy
 
@@ -62,7 +62,7 @@ def test_pre_response_failures_become_provider_shaped_502_504(exc: Exception, st
             r = await client.get("/v1/models", headers=A)  # passthrough: Anthropic upstream → Anthropic format
             assert r.status_code == status and r.json()["type"] == "error"
             assert state.store.live() == 2  # sessions opened, nothing committed
-            assert all(s.turns == 0 for s in state.store._sessions.values())  # type: ignore[attr-defined]
+            assert all(s.turns == 0 for s in state.store._live.values())  # type: ignore[attr-defined]
 
     run(scenario())
 
@@ -159,7 +159,7 @@ def test_store_failure_fails_open(monkeypatch: pytest.MonkeyPatch) -> None:
     async def scenario() -> None:
         async with proxy() as (client, state, fake):
 
-            async def down(*args: Any, **kwargs: Any) -> None:
+            def down(*args: Any, **kwargs: Any) -> None:
                 raise ConnectionError("store down")
 
             monkeypatch.setattr(MemoryStore, "find", down)

@@ -199,4 +199,4 @@ def test_keep_warm_body_skips_thinking_and_structured_output() -> None:
         warm = pipe.keep_warm_body()
         assert (warm is not None) is expect
         if warm is not None:
-            assert warm == {**(pipe.memory.sent_body or {}), "max_tokens": 0, "stream": False}
+            assert warm == {**(pipe.sent_body or {}), "max_tokens": 0, "stream": False}

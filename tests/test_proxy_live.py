@@ -54,9 +54,15 @@ class RawUpstream:
     async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.open_connections += 1
+        probe = False
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                if head.startswith(b"GET "):  # the proxy asking what the upstream is (not an engine)
+                    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    await writer.drain()
+                    probe = True
+                    return
                 length = next(
                     int(line.split(b":")[1])
                     for line in head.split(b"\r\n")
@@ -86,7 +92,8 @@ class RawUpstream:
             pass
         finally:
             self.open_connections -= 1
-            self.events.append(("closed", time.monotonic()))
+            if not probe:
+                self.events.append(("closed", time.monotonic()))
             writer.close()
 
 

@@ -342,3 +342,59 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.01)
+
+
+def test_usage_tap_reads_llama_timings_and_every_terminal_event() -> None:
+    """llama.cpp puts ``timings`` on the final Chat chunk, with no ``usage`` unless ``include_usage`` was set:
+    they alone give the usage. Responses streams also end on ``response.incomplete`` / ``response.failed``."""
+    import zlib
+
+    from agentcache.proxy._forward import UsageTap
+
+    base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "smollm2"}
+    timings = {"cache_n": 1120, "prompt_n": 198, "predicted_n": 4, "prompt_ms": 40.1}
+    chunks: list[tuple[str | None, dict[str, Any]]] = [
+        (None, {**base, "choices": [{"index": 0, "delta": {"content": "Hello"}}]}),
+        (None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": timings}),
+    ]
+    raw = b"".join(sse_bytes(chunks, done=True))
+    tap = UsageTap("openai.chat", "text/event-stream")
+    for i in range(0, len(raw), 5):
+        tap.feed(raw[i : i + 5])
+    got = tap.result()
+    assert tap.ended and got is not None
+    assert (got.source, got.prompt_tokens, got.cache_read_tokens, got.output_tokens) == ("llama.cpp", 1318, 1120, 4)
+
+    body = {**chat_completion({"prompt_tokens": 1318, "completion_tokens": 4}), "timings": timings}
+    tap = UsageTap("openai.chat", "application/json", "deflate")
+    tap.feed(zlib.compress(json.dumps(body).encode()))
+    assert (got := tap.result()) is not None and (got.source, got.cache_read_tokens) == ("llama.cpp", 1120)
+    assert not tap.ended  # a whole body has no terminal event
+
+    usage = {"input_tokens": 50, "input_tokens_details": {"cached_tokens": 40}, "output_tokens": 1}
+    for kind in ("response.incomplete", "response.failed"):
+        tap = UsageTap("openai.responses", "text/event-stream")
+        done = {"type": kind, "sequence_number": 1, "response": {**responses_object(usage), "status": "incomplete"}}
+        tap.feed(b"".join(sse_bytes([(kind, done)])))
+        assert tap.ended and (got := tap.result()) is not None and got.cache_read_tokens == 40
+
+
+def test_usage_tap_parses_only_lines_that_can_carry_usage(monkeypatch: Any) -> None:
+    """The proxy path stays cheap: a ``data:`` line is JSON-parsed only when it mentions ``usage`` or
+    ``timings``; terminal events are spotted by substring."""
+    from types import SimpleNamespace
+
+    from agentcache.proxy import _forward
+    from agentcache.proxy._forward import UsageTap
+
+    parsed: list[Any] = []
+
+    def loads(data: bytes) -> Any:
+        parsed.append(obj := json.loads(data))
+        return obj
+
+    monkeypatch.setattr(_forward, "json", SimpleNamespace(loads=loads))
+    tap = UsageTap("anthropic.messages", "text/event-stream")
+    tap.feed(b"".join(sse_bytes(anthropic_events({"input_tokens": 5, "cache_read_input_tokens": 20}))))
+    assert [p["type"] for p in parsed] == ["message_start", "message_delta"]
+    assert tap.ended and (got := tap.result()) is not None and (got.cache_read_tokens, got.output_tokens) == (20, 3)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentcache.model._rawjson import dumps_spliced, loads, strip_markers
-from agentcache.proxy._sessions import checkpoints_of
+from agentcache.session import checkpoints_of
 from agentcache.session._pipeline import SessionPipeline
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,6 +4,7 @@ checks on described machines, and ``--dry-run`` through the CLI."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 
 from agentcache import ConfigError
 from agentcache import _cli as cli
+from agentcache._engines.llama import INSTALL_HINT, LlamaServer
 from agentcache.serve import (
     EXIT_PREFLIGHT,
     L2,
@@ -24,7 +26,7 @@ from agentcache.serve import (
     parse_l2,
     parse_l3,
 )
-from agentcache.serve._llamacpp import INSTALL_HINT
+from agentcache.serve._build import llama_options, proxy_argv
 from agentcache.serve._sglang import FILE_DIR_ENV
 
 GIB = 1024**3
@@ -137,6 +139,50 @@ def test_llama_plan_has_a_slot_per_session() -> None:
     assert argv[argv.index("--port") + 1] == "30000" and argv[-2:] == ["--threads", "2"]
     off = list(build_plan(ServeOptions("m.gguf", prefix_cache=False), Toolchain(llama_server="x")).processes[0].argv)
     assert "--no-cache-prompt" in off
+
+
+def test_llama_plan_flags_are_exact() -> None:
+    plan = build_plan(ServeOptions("m.gguf", l2=L2(size_gb=2.5)), Toolchain(llama_server="/opt/llama-server"))
+    assert list(plan.processes[0].argv) == [
+        "/opt/llama-server", "--model", "m.gguf", "--host", "127.0.0.1", "--port", "30001", "--parallel", "4",
+        "--ctx-size", "32768", "--no-kv-unified", "--metrics", "--cache-ram", "2560",
+    ]  # fmt: skip
+    off = build_plan(ServeOptions("m.gguf", sessions=1, prefix_cache=False), Toolchain(llama_server="x"))
+    assert list(off.processes[0].argv)[7:] == [
+        "--parallel", "1", "--ctx-size", "8192", "--no-kv-unified", "--metrics", "--no-cache-prompt",
+        "--cache-ram", "0",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ServeOptions("m.gguf"),
+        ServeOptions("m.gguf", sessions=6, ctx_per_session=4096, l2=L2(size_gb=2), extra_args=("--threads", "2")),
+        ServeOptions("m.gguf", sessions=1, prefix_cache=False, port=31000),
+        ServeOptions("m.gguf", proxy=False, extra_args=("--jinja", "--no-webui")),
+    ],
+)
+def test_llama_server_and_serve_launch_the_same_command(options: ServeOptions, tmp_path: Path) -> None:
+    """One launcher: LlamaServer given serve's llama options runs exactly the command of serve's engine (the
+    host aside: serve without a proxy puts the engine on the public host)."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    options = replace(options, model=str(model))
+    (engine,) = [p for p in build_plan(options, Toolchain(llama_server="/opt/llama-server")).processes
+                 if p.role == "engine"]  # fmt: skip
+    assert engine.ready is not None
+    wanted = llama_options(options)
+    server = LlamaServer(model, binary="/opt/llama-server", **{f.name: getattr(wanted, f.name) for f in fields(wanted)})
+    assert server.command(engine.ready.port) == list(engine.argv)
+    assert server.options == wanted
+
+
+def test_proxy_command_serve_runs_is_on_the_command_line() -> None:
+    # serve finds the proxy without importing the CLI (no import cycle); this keeps the two in step.
+    argv = proxy_argv("python", "http://127.0.0.1:1", "llama", "127.0.0.1", 2)
+    assert argv[1:4] == ["-m", "agentcache", "proxy"]
+    assert "proxy" in {command.name for command in cli.app.registered_commands}
 
 
 @pytest.mark.parametrize(

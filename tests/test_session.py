@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentcache import LifecycleEvent, PrometheusSink, Session, SessionClosedError, Sessions, normalize_usage
+from agentcache import LifecycleEvent, PrometheusSink, Session, Sessions, normalize_usage
 from agentcache._log import capture_logs
 from agentcache.model._canonical import static_end
 from agentcache.simulate import AnthropicSimulator
@@ -116,9 +116,9 @@ def test_out_of_order_completion_keeps_the_newest_commit(quiet: None) -> None:
     older = s.begin(API, body(2))
     newer = s.begin(API, body(3))
     newer.succeed(USAGE)
-    sent = s.pipeline.memory.sent
+    sent = s.pipeline.sent
     assert older.succeed(USAGE) is None
-    assert s.pipeline.memory.sent is sent and s.turns == 2
+    assert s.pipeline.sent is sent and s.turns == 2
 
 
 def test_close_tombstones_and_reopen(quiet: None) -> None:
@@ -126,16 +126,25 @@ def test_close_tombstones_and_reopen(quiet: None) -> None:
     sessions = Sessions(provider="anthropic", sinks=[events.append], max_tombstones=3)
     with sessions.session("x") as s:
         pending = s.begin(API, body(1))
-    assert s.closed and s.close_reason == "closed" and "x" not in [e for e in ()]
+    assert s.closed and s.close_reason == "closed"
     assert pending.succeed(USAGE) is None and s.turns == 0  # a late response for a closed session
-    with pytest.raises(SessionClosedError):
-        s.begin(API, body(1))
+    assert sessions.tombstone("x") is not None and sessions.tombstone("x").generation == 0  # type: ignore[union-attr]
+    # A request on the closed id starts its next generation (the same rule as the proxy's): nothing is refused.
+    turn(s, body(1))
+    assert (s.closed, s.generation, s.turns) == (False, 1, 1) and sessions.session("x") is s
+    assert [(e.event, e.reason) for e in events] == [
+        ("open", "new"),
+        ("close", "closed"),
+        ("open", "restart"),
+        ("turn", None),
+    ]
+    s.close()
     again = sessions.session("x")
-    assert again is not s and again.generation == 1  # the tombstone continues the generation count
+    assert again is not s and again.generation == 2  # the tombstone continues the generation count
     for i in range(5):
         sessions.session(f"t{i}").close()
     assert sessions.tombstone("t0") is None and sessions.tombstone("t4") is not None  # bounded, oldest dropped
-    assert [e.event for e in events].count("close") == 6
+    assert [e.event for e in events].count("close") == 7
 
 
 def test_idle_timeout_closes_forgotten_sessions_and_they_resume(quiet: None) -> None:
@@ -233,7 +242,7 @@ def test_subagent_reads_the_parents_prefix_in_the_anthropic_simulator(quiet: Non
     for n in (1, 2, 3):
         t = parent.begin(API, body(n), now=now)
         agentcache_sim.run(t.prepared.planned, now)
-        as_sent_sim.run(t.prepared.original, now)
+        as_sent_sim.run(t.prepared.client, now)
         t.succeed(None)
         now += 10
     child = parent.fork("researcher")
@@ -244,7 +253,7 @@ def test_subagent_reads_the_parents_prefix_in_the_anthropic_simulator(quiet: Non
     result = agentcache_sim.run(t.prepared.planned, now)
     assert result.usage.cache_read_tokens >= shared > 3000  # tools + system read from the parent's entries
     assert "tools.reordered" in t.prepared.repairs  # adopted the scope's first-seen order
-    assert as_sent_sim.run(t.prepared.original, now).usage.cache_read_tokens == 0  # as sent: nothing reusable
+    assert as_sent_sim.run(t.prepared.client, now).usage.cache_read_tokens == 0  # as sent: nothing reusable
     report = t.succeed(None)
     assert report is not None and report.session_signal.parent == "lead" and report.session_signal.lineage == "lead"
 

@@ -17,6 +17,7 @@ import pytest
 openai = pytest.importorskip("openai")
 
 from agentcache import Sessions, TurnReport, normalize_usage, wrap  # noqa: E402
+from agentcache.model._types import TargetKind  # noqa: E402
 
 from .conftest import openai_tools, policy  # noqa: E402
 from .test_session import Clock  # noqa: E402
@@ -105,7 +106,7 @@ def test_100_async_sessions_interleaving_turns_keep_separate_state(upstream: Fak
         assert totals is not None and totals.requests == TURNS and totals.cache_read_tokens == TURNS * 1152
     # A session opened later adopts the tool order the scope saw first (shared ScopeMemory).
     names = frozenset(t["function"]["name"] for t in openai_tools())
-    first_seen = sessions.scope("openai").tools[names].tool_order
+    first_seen = list(sessions.scope("anonymous", TargetKind.OPENAI).tools[names].order)
     late = sessions.session("late")
     body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "late"}], "tools": shuffled(openai_tools(), 9)}
     assert [t["function"]["name"] for t in late.begin("openai.chat", body).body["tools"]] == first_seen
@@ -142,7 +143,7 @@ def test_10000_sessions_opened_and_closed_keep_memory_bounded(quiet: None) -> No
     finally:
         tracemalloc.stop()
     assert len(sessions) == 0
-    assert len(sessions._tombs) == 1000 and len(sessions._lineages) == 1000
+    assert len(sessions.store._tombs) == 1000 and len(sessions._lineages) == 1000
     growth = current - base
     # 6,500 sessions and 6,500 subagents: a leak of even 10 bytes per session would show.
     assert growth < 64_000, f"memory grew by {growth:,} bytes over 6,500 sessions (+6,500 subagents)"

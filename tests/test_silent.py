@@ -90,6 +90,6 @@ def test_the_hosts_logging_configuration_decides() -> None:
     done = run("configured")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert any(line.startswith("agentcache.session INFO") and "session.turn" in line for line in lines)
+    assert any(line.startswith("agentcache.session INFO") and "session.open" in line for line in lines)
     assert any(line.startswith("agentcache.session WARNING") and "session.sink_failed" in line for line in lines)
     assert done.stderr == ""

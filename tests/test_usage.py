@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agentcache import CacheUsage, UsageTotals, cost_usd, normalize_usage
-from agentcache.model._usage import merge_anthropic_usage
+from agentcache.model._usage import TERMINAL_EVENTS, UsageAccumulator, merge_anthropic_usage, read_field
 
 
 def _u(data: Any, api: str | None = None) -> CacheUsage:
@@ -190,3 +190,207 @@ def test_anthropic_stream_usage_merge() -> None:
     merged = merge_anthropic_usage(start, {"output_tokens": 57, "input_tokens": None})
     assert merged == {**start, "output_tokens": 57}
     assert _u({"usage": merged}).output_tokens == 57
+
+
+# ---- UsageAccumulator: one stream reader for the wrapper (SDK events) and the proxy (parsed SSE) ----------------
+
+_CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+_LLAMA_TIMINGS = {"cache_n": 1120, "prompt_n": 198, "prompt_ms": 40.1, "predicted_n": 4}
+
+
+def _feed(api: str, *events: Any) -> UsageAccumulator:
+    acc = UsageAccumulator(api)
+    for event in events:
+        acc.add_event(event)
+    return acc
+
+
+def test_accumulator_anthropic_merges_message_start_and_deltas() -> None:
+    start = {
+        "type": "message_start",
+        "message": {"usage": {"input_tokens": 5, "cache_read_input_tokens": 4000, "output_tokens": 1}},
+    }
+    acc = _feed("anthropic.messages", start, {"type": "content_block_delta", "usage": {"input_tokens": 999}})
+    assert acc.usage is not None and acc.usage.cache_read_tokens == 4000 and not acc.ended  # known from the start
+    delta = {
+        "type": "message_delta",
+        "usage": {"output_tokens": 57, "input_tokens": None, "cache_read_input_tokens": 4100},
+    }
+    acc.add_event(delta)
+    acc.add_event({"type": "message_stop"})
+    u = acc.usage
+    assert u is not None and (u.uncached_tokens, u.cache_read_tokens, u.output_tokens, u.source) == (
+        5,
+        4100,
+        57,
+        "anthropic",
+    )
+    assert acc.ended
+
+
+def test_accumulator_openai_chat_usage_timings_and_meta_info() -> None:
+    usage = {"prompt_tokens": 1300, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 1024}}
+    delta = {**_CHUNK, "choices": [{"index": 0, "delta": {"content": "hi"}}], "usage": None}
+    plain = _feed("openai.chat", delta, {**_CHUNK, "choices": [], "usage": usage}, delta, "[DONE]")
+    assert plain.usage is not None and (plain.usage.source, plain.usage.cache_read_tokens) == ("openai.chat", 1024)
+    assert plain.ended  # a later "usage": null does not erase it
+    # llama.cpp without include_usage: timings on the final chunk are the only usage
+    final = {**_CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": _LLAMA_TIMINGS}
+    alone = _feed("openai.chat", delta, final)
+    assert alone.usage is not None and not alone.ended
+    assert (alone.usage.source, alone.usage.prompt_tokens, alone.usage.cache_read_tokens) == ("llama.cpp", 1318, 1120)
+    assert alone.usage.output_tokens == 4
+    # with include_usage: timings and a later usage chunk are read together (from_openai_chat(usage, timings))
+    both = _feed("openai.chat", final, {**_CHUNK, "choices": [], "usage": usage}).usage
+    assert both is not None and (both.source, both.prompt_tokens, both.cache_read_tokens) == ("llama.cpp", 1318, 1120)
+    meta = {"prompt_tokens": 900, "cached_tokens": 768, "cached_tokens_details": {"device": 768}}
+    sgl = _feed("openai.chat", {**_CHUNK, "choices": [], "meta_info": meta}).usage
+    assert sgl is not None and (sgl.source, sgl.cache_read_tokens, dict(sgl.tiers)) == ("sglang", 768, {"device": 768})
+    assert _feed("openai.chat", delta, "[DONE]").usage is None
+
+
+def test_accumulator_openai_responses_terminal_events() -> None:
+    usage = {"input_tokens": 1500, "input_tokens_details": {"cached_tokens": 1408}, "output_tokens": 7}
+    created = {"type": "response.created", "response": {"status": "in_progress", "usage": None}}
+    for kind in sorted(TERMINAL_EVENTS["openai.responses"]):
+        acc = _feed("openai.responses", created, {"type": kind, "response": {"usage": usage}})
+        assert acc.ended and acc.usage is not None
+        assert (acc.usage.source, acc.usage.prompt_tokens, acc.usage.cache_read_tokens) == (
+            "openai.responses",
+            1500,
+            1408,
+        )
+    assert _feed("openai.responses", created).usage is None and not _feed("openai.responses", created).ended
+
+
+def test_accumulator_whole_body() -> None:
+    acc = UsageAccumulator("openai.chat")
+    acc.add_event({**_CHUNK, "choices": [], "usage": {"prompt_tokens": 1}})
+    acc.add_body({"usage": {"prompt_tokens": 1318, "completion_tokens": 4}, "timings": _LLAMA_TIMINGS})
+    assert acc.usage is not None and (acc.usage.source, acc.usage.cache_read_tokens) == ("llama.cpp", 1120)
+    body = UsageAccumulator("anthropic.messages")
+    body.add_body({"usage": {"input_tokens": 10, "output_tokens": 1}})
+    assert body.usage is not None and (body.usage.source, body.usage.prompt_tokens) == ("anthropic", 10)
+    sgl = UsageAccumulator("openai.chat")
+    sgl.add_body({"text": "x", "meta_info": {"prompt_tokens": 9, "cached_tokens": 8}})
+    assert sgl.usage is not None and sgl.usage.source == "sglang" and not sgl.ended
+    odd = UsageAccumulator("openai.chat")
+    odd.add_body([1, 2])
+    assert odd.usage is None
+
+
+def test_accumulator_reads_sdk_event_objects() -> None:
+    anthropic = pytest.importorskip("anthropic")
+    openai = pytest.importorskip("openai")
+    message = {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": []}
+    start = anthropic.types.RawMessageStartEvent.model_validate(
+        {
+            "type": "message_start",
+            "message": {
+                **message,
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 7, "cache_read_input_tokens": 1200, "output_tokens": 1},
+            },
+        }
+    )
+    delta = anthropic.types.RawMessageDeltaEvent.model_validate(
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}
+    )
+    stop = anthropic.types.RawMessageStopEvent.model_validate({"type": "message_stop"})
+    acc = _feed("anthropic.messages", start, delta, stop)
+    assert acc.ended and acc.usage is not None
+    assert (acc.usage.cache_read_tokens, acc.usage.uncached_tokens, acc.usage.output_tokens) == (1200, 7, 3)
+
+    chunk = openai.types.chat.ChatCompletionChunk.model_validate(
+        {**_CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": _LLAMA_TIMINGS}
+    )
+    assert chunk.usage is None  # the SDK keeps the undeclared `timings`; there is no usage
+    assert read_field(chunk, "timings") == _LLAMA_TIMINGS and read_field(chunk, "object") == "chat.completion.chunk"
+    assert read_field(chunk, "meta_info") is None and read_field(chunk, "model_dump") is not None  # a method
+    u = _feed("openai.chat", chunk).usage
+    assert u is not None and (u.source, u.prompt_tokens, u.cache_read_tokens) == ("llama.cpp", 1318, 1120)
+
+    usage = {
+        "input_tokens": 1300,
+        "input_tokens_details": {"cached_tokens": 1024, "cache_write_tokens": 100},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 1303,
+    }
+    response = {
+        "id": "r",
+        "object": "response",
+        "created_at": 0,
+        "model": "gpt-4o",
+        "status": "completed",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+    done = openai.types.responses.ResponseCompletedEvent.model_validate(
+        {"type": "response.completed", "sequence_number": 2, "response": response}
+    )
+    acc = _feed("openai.responses", done)
+    assert acc.ended and acc.usage is not None
+    assert (acc.usage.cache_read_tokens, acc.usage.cache_write_tokens, acc.usage.uncached_tokens) == (1024, 100, 176)
+
+
+class _Hostile:
+    """An event whose every attribute raises, and whose ``model_dump`` does too."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(name)
+
+    def model_dump(self) -> Any:
+        raise RuntimeError("dump")
+
+
+def test_accumulator_never_raises_on_odd_input() -> None:
+    odd: list[Any] = [
+        None,
+        3,
+        "x",
+        b"[DONE]",
+        [],
+        {"type": {}},
+        {"type": ["message_stop"]},
+        {"type": "message_start", "message": "x"},
+        {"type": "message_start", "message": {"usage": 5}},
+        {"type": "message_delta", "usage": "many"},
+        {"type": "response.in_progress", "response": [1]},
+        {"usage": "many", "timings": 5, "meta_info": []},
+        {"usage": {"prompt_tokens": "many"}, "timings": {"cache_n": None}},
+        _Hostile(),
+    ]
+    for api in ("anthropic.messages", "openai.chat", "openai.responses", "sglang"):
+        acc = _feed(api, *odd)
+        assert acc.usage is None or isinstance(acc.usage, CacheUsage)
+        assert not acc.ended  # none of these is a terminal event
+        acc.add_body(_Hostile())
+        assert acc.usage is None
+    broken_end = _feed("openai.responses", {"type": "response.completed", "response": [1]})
+    assert broken_end.ended and broken_end.usage is None
+
+
+def test_terminal_events_and_sse_markers_are_per_api() -> None:
+    """Each api ends on its own terminal event only, and the proxy's byte-level pre-filter holds exactly the
+    markers of those events (every extra marker costs a scan of every line)."""
+    assert _feed("anthropic.messages", {"type": "message_stop"}).ended
+    assert not _feed("anthropic.messages", {"type": "response.completed"}, "[DONE]").ended
+    assert _feed("openai.chat", " [DONE]").ended and not _feed("openai.chat", {"type": "message_stop"}).ended
+    assert _feed("sglang", "[DONE]").ended  # any other api ends like Chat
+    assert not _feed("openai.responses", "[DONE]", {"type": "response.created"}).ended
+    markers = {api: UsageAccumulator(api).sse_end_markers for api in (*TERMINAL_EVENTS, "sglang")}
+    assert markers == {
+        "anthropic.messages": (b'"message_stop"',),
+        "openai.chat": (b"[DONE]",),
+        "openai.responses": (b'"response.completed"', b'"response.failed"', b'"response.incomplete"'),
+        "sglang": (b"[DONE]",),
+    }
+    assert set(UsageAccumulator.SSE_USAGE_MARKERS) == {b'"usage"', b'"timings"'}
+    acc = UsageAccumulator("openai.chat")
+    acc.end()
+    assert acc.ended

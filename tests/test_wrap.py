@@ -227,27 +227,41 @@ def test_internal_failure_fails_open_with_the_original_request(
     assert session.turns == 0 and session.attempt == 0
 
 
-def test_closed_session_sends_unchanged(upstream: FakeUpstream) -> None:
+def test_a_closed_session_starts_its_next_generation(upstream: FakeUpstream) -> None:
     session = Sessions(provider="anthropic").session()
     client = wrap(anthropic_client(upstream), session=session)
     session.close()
-    body = a_body(1)
-    client.messages.create(**body)
-    assert "cache_control" not in json.dumps(upstream.seen[-1].body)
-    assert session.closed and session.turns == 0
+    client.messages.create(**a_body(1))
+    assert "cache_control" in json.dumps(upstream.seen[-1].body)  # planned as any request: nothing refused
+    assert (session.closed, session.generation, session.turns) == (False, 1, 1)
 
 
-def test_provider_inferred_from_client_and_base_url(upstream: FakeUpstream) -> None:
-    sessions = Sessions()
-    engine = wrap(openai_client(upstream), sessions=sessions)
-    engine.chat.completions.create(**o_body(1))
-    assert engine.agentcache_session.provider == "engine"  # type: ignore[attr-defined]
-    assert "prompt_cache_key" not in upstream.seen[-1].body  # never sent to an unknown server
-    real = wrap(openai.OpenAI(api_key="sk-test"), sessions=sessions)
-    assert real._ac_provider == "openai"  # type: ignore[attr-defined]
-    assert wrap(anthropic.Anthropic(api_key="sk-test"))._ac_provider == "anthropic"  # type: ignore[attr-defined]
-    with pytest.raises(agentcache.ConfigError):
-        wrap(object())
+def test_target_resolution_detects_engines_and_gives_gateways_provider_rules() -> None:
+    gateway, engine = FakeUpstream(), FakeUpstream(engine="llamacpp")
+    try:
+        sessions = Sessions()
+        chat = wrap(openai_client(gateway), sessions=sessions)
+        chat.chat.completions.create(**o_body(1))
+        assert chat.agentcache_session.provider == "openai"  # type: ignore[attr-defined]
+        assert "prompt_cache_key" in gateway.seen[-1].body  # an OpenAI gateway gets OpenAI's rules
+        messages = wrap(anthropic_client(gateway), sessions=sessions)
+        messages.messages.create(**a_body(1))
+        assert messages.agentcache_session.provider == "anthropic"  # type: ignore[attr-defined]
+        assert "cache_control" in json.dumps(gateway.seen[-1].body)  # markers, though the host is not anthropic.com
+        local = wrap(openai_client(engine), sessions=sessions)
+        local.chat.completions.create(**o_body(1))
+        assert local.agentcache_session.provider == "engine"  # type: ignore[attr-defined]
+        assert local.agentcache_session.target.engine == "llama.cpp"  # type: ignore[attr-defined]
+        assert engine.probes == ["/v1/models", "/props"]  # asked once, then remembered
+        assert "prompt_cache_key" not in engine.seen[-1].body and engine.seen[-1].path == "/v1/chat/completions"
+        declared = wrap(openai_client(gateway), sessions=sessions, provider="engine")
+        declared.chat.completions.create(**o_body(1))
+        assert "prompt_cache_key" not in gateway.seen[-1].body
+        with pytest.raises(agentcache.ConfigError):
+            wrap(object())
+    finally:
+        gateway.close()
+        engine.close()
 
 
 def test_sglang_sink_adds_session_id_to_requests_bound_for_it(upstream: FakeUpstream) -> None:

@@ -77,7 +77,7 @@ def test_anthropic_faults_surface_sdk_exceptions_and_count_attempts(upstream: Fa
     client.messages.create(**a_body(1))
     first = session.last_report
     assert first is not None
-    committed = session.pipeline.memory.sent
+    committed = session.pipeline.sent
 
     def consume(c: Any) -> None:
         for _ in c.messages.create(**a_body(2), stream=True):
@@ -87,7 +87,6 @@ def test_anthropic_faults_surface_sdk_exceptions_and_count_attempts(upstream: Fa
         (const(SERVER_ERROR), lambda c: c.messages.create(**a_body(2))),
         (const(OVERLOADED), lambda c: c.messages.create(**a_body(2))),
         (slow(2.0), lambda c: c.messages.create(**a_body(2))),
-        (cut_anthropic, consume),
     ]
     for attempt, (fault, call) in enumerate(faults, start=1):
         upstream.script.append(fault)
@@ -98,15 +97,26 @@ def test_anthropic_faults_surface_sdk_exceptions_and_count_attempts(upstream: Fa
         assert str(got) == str(expected)
         assert isinstance(got, anthropic.APIError | anthropic.APIConnectionError) or "peer closed" in str(got)
         assert (session.generation, session.attempt, session.turns) == (0, attempt, 1)
-        assert session.pipeline.memory.sent is committed  # nothing committed
+        assert session.pipeline.sent is committed  # nothing committed
         assert session.last_report is first
+    # A stream cut after the upstream accepted the request: committed (the prompt was processed and cached, as
+    # the proxy counts it), and a retry is counted because the client will send the turn again.
+    upstream.script.append(cut_anthropic)
+    expected = raised(lambda: consume(plain))
+    upstream.script.append(cut_anthropic)
+    got = raised(lambda: consume(client))
+    assert type(got) is type(expected) and str(got) == str(expected)
+    cut = session.last_report
+    assert cut is not None and cut is not first and cut.session_signal.attempt == len(faults)
+    assert (session.generation, session.attempt, session.turns) == (0, 1, 2)
+    assert cut.reuse_boundary.cause is None and cut.reuse_boundary.matched_blocks == first.prefix_identity.blocks
     client.messages.create(**a_body(2))  # the default reply: succeeds
     report = session.last_report
-    assert report is not None and report is not first
-    assert report.session_signal.attempt == len(faults) and session.attempt == 0 and session.turns == 2
-    # Diagnosed against turn one, the last committed request: append-only, all of it reusable.
+    assert report is not None and report is not cut
+    assert report.session_signal.attempt == 1 and session.attempt == 0 and session.turns == 3
+    # Diagnosed against the cut turn, the last committed request: the same request, all of it reusable.
     assert report.reuse_boundary.cause is None
-    assert report.reuse_boundary.matched_blocks == first.prefix_identity.blocks
+    assert report.reuse_boundary.matched_blocks == cut.prefix_identity.blocks
 
 
 def test_stream_helper_faults(upstream: FakeUpstream) -> None:
@@ -120,10 +130,10 @@ def test_stream_helper_faults(upstream: FakeUpstream) -> None:
     with pytest.raises(Exception) as caught, client.messages.stream(**a_body(1)) as stream:
         "".join(stream.text_stream)
     assert not isinstance(caught.value, AssertionError)
-    assert (session.attempt, session.turns) == (2, 0)
+    assert (session.attempt, session.turns) == (1, 1)  # committed when the stream opened; the cut is a retry
     with client.messages.stream(**a_body(1)) as stream:
         stream.until_done()
-    assert (session.attempt, session.turns) == (0, 1)
+    assert (session.attempt, session.turns) == (0, 2)
 
 
 def test_openai_faults_sync_and_async(upstream: FakeUpstream) -> None:
@@ -147,9 +157,9 @@ def test_openai_faults_sync_and_async(upstream: FakeUpstream) -> None:
         upstream.script.append(fault)
         got = raised(lambda call=call: call(client))  # type: ignore[misc]
         assert type(got) is type(expected) and str(got) == str(expected)
-    assert (session.attempt, session.turns) == (3, 1)
+    assert (session.attempt, session.turns) == (1, 2)  # two failures before an answer, then a committed cut
     stream(client)
-    assert (session.attempt, session.turns) == (0, 2)
+    assert (session.attempt, session.turns) == (0, 3)
     assert upstream.seen[-1].body["prompt_cache_key"] == key  # the routing key survives the retries
 
     async def main() -> None:
@@ -164,9 +174,9 @@ def test_openai_faults_sync_and_async(upstream: FakeUpstream) -> None:
             async for _ in s:
                 pass
         assert not isinstance(caught.value, AssertionError)
-        assert (asession.attempt, asession.turns) == (2, 0)
+        assert (asession.attempt, asession.turns) == (1, 1)
         await aclient.chat.completions.create(**o_body(1))
-        assert (asession.attempt, asession.turns, asession.generation) == (0, 1, 0)
+        assert (asession.attempt, asession.turns, asession.generation) == (0, 2, 0)
 
     asyncio.run(main())
 
@@ -190,8 +200,7 @@ def test_a_failed_try_leaves_the_plan_of_its_retry_unchanged(upstream: FakeUpstr
                     client.messages.create(**edited(turn))
             client.messages.create(**edited(turn))
             sent.append(json.dumps(upstream.seen[-1].body))
-        pipe = session.pipeline
-        return sent, (pipe.edit_points, pipe.rewrite_at, pipe.ephemeral_tail)
+        return sent, session.pipeline.state.learned
 
     clean = run(set())
     faulty = run({2, 3, 4})

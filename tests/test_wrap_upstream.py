@@ -196,12 +196,17 @@ def default_reply(path: str, body: dict[str, Any]) -> Reply:
 
 
 class FakeUpstream:
-    """A threaded HTTP/1.1 server on 127.0.0.1 (TCP_NODELAY). ``script`` holds callables
+    """A threaded HTTP/1.1 server on 127.0.0.1 (TCP_NODELAY), optionally answering ``GET /v1/models`` as a local
+    ``engine`` would. ``script`` holds callables
     ``(path, body) -> Reply`` answered in order; when it is empty, ``fallback`` (default
     :func:`default_reply`) answers.
     ``seen`` records every request."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine: str | None = None) -> None:
+        #: When set, ``GET /v1/models`` answers as that engine does (``owned_by``: ``llamacpp``, ``sglang``...).
+        self.engine = engine
+        #: The paths of the ``GET`` requests it answered (a client asking what the server is).
+        self.probes: list[str] = []
         self.script: list[Callable[[str, dict[str, Any]], Reply]] = []
         self.fallback: Callable[[str, dict[str, Any]], Reply] = default_reply
         self.seen: list[Seen] = []
@@ -217,6 +222,19 @@ class FakeUpstream:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:
+                with upstream._lock:
+                    upstream.probes.append(self.path)
+                if upstream.engine is None or self.path != "/v1/models":
+                    self.send_error(404)
+                    return
+                data = json.dumps({"object": "list", "data": [{"id": "m", "owned_by": upstream.engine}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))

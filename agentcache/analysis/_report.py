@@ -27,6 +27,15 @@ class ArmMetrics(TokenTotals):
         self.count(u)
         self.cost_usd += u.cost_usd
 
+    def merge(self, other: ArmMetrics) -> None:
+        """Add another arm's totals (a tenant's sessions summed)."""
+        self.requests += other.requests
+        self.prompt_tokens += other.prompt_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+        self.uncached_tokens += other.uncached_tokens
+        self.cost_usd += other.cost_usd
+
 
 @dataclass(frozen=True, slots=True)
 class BreakRecord:
@@ -75,7 +84,7 @@ class TurnRecord:
     """One request of one session as each arm saw it (for per-turn charts and tests; not part of the
     JSON document). ``repairs``: the causes the ``agentcache`` arm repaired on this request;
     ``markers``: the block paths it put cache markers on; ``prepared``: the pipeline's full decision
-    (:class:`agentcache.session._pipeline.Prepared`: TTL choice, marker reasons...)."""
+    (:class:`agentcache.session.Prepared`: TTL choice, marker reasons...)."""
 
     session: str
     request: int

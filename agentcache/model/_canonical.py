@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from hashlib import blake2b
 from typing import Any
 
@@ -101,7 +102,9 @@ class CanonicalRequest:
     ``cum_tokens[i]`` is the number of prompt tokens in blocks ``0..i`` (inclusive).
     ``cache_key`` is OpenAI's ``prompt_cache_key`` (a partition, not content);
     ``top_marker`` is Anthropic's top-level ``cache_control`` (automatic caching), which takes one
-    of the four breakpoint slots and lands on the last cacheable block.
+    of the four breakpoint slots and lands on the last cacheable block. ``msg_start[k]`` is the index of
+    the first block of message ``k`` (every message has at least one block; messages are consecutive);
+    ``marked`` the indices of the blocks that carry a marker, ascending.
     """
 
     api: str
@@ -113,6 +116,8 @@ class CanonicalRequest:
     retention: str | None = None
     top_marker: Marker | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    msg_start: tuple[int, ...] = ()
+    marked: tuple[int, ...] = ()
 
     @property
     def tokens(self) -> int:
@@ -125,21 +130,17 @@ class CanonicalRequest:
 
     def markers(self) -> list[tuple[int, Marker]]:
         """Explicit block markers as ``(block index, marker)`` in prefix order."""
-        return [(i, b.marker) for i, b in enumerate(self.blocks) if b.marker is not None]
+        return [(i, m) for i in self.marked if (m := self.blocks[i].marker) is not None]
 
-    def content_indices(self) -> list[int]:
-        """Indices of content (non-option) blocks."""
-        return [i for i, b in enumerate(self.blocks) if not b.is_option]
+    @property
+    def messages(self) -> int:
+        """Number of messages (conversation items)."""
+        return len(self.msg_start)
 
-    def message_spans(self) -> dict[int, tuple[int, int]]:
-        """Message index → ``(first block index, last block index + 1)``."""
-        spans: dict[int, tuple[int, int]] = {}
-        for i, b in enumerate(self.blocks):
-            if b.message is None:
-                continue
-            lo, _ = spans.get(b.message, (i, i))
-            spans[b.message] = (lo, i + 1)
-        return spans
+    def message_span(self, k: int) -> tuple[int, int]:
+        """``(first block index, last block index + 1)`` of message ``k``; raises IndexError past the end."""
+        lo = self.msg_start[k]
+        return lo, self.msg_start[k + 1] if k + 1 < len(self.msg_start) else len(self.blocks)
 
 
 class BlockCache:
@@ -162,7 +163,7 @@ class BlockCache:
         # The last three requests built (a turn builds the client's request, maybe a repaired one and a
         # marked one): the next build re-uses the chain hashes and token sums of the one sharing the most
         # leading digests (the cached history), so building costs only the new blocks.
-        self.last: list[tuple[tuple[Block, ...], tuple[bytes, ...], tuple[int, ...]]] = []
+        self.last: list[CanonicalRequest] = []
         self.generation = 0
         self.hits = self.misses = 0
 
@@ -194,6 +195,10 @@ class BlockCache:
         """Remember ``blocks`` for ``key``."""
         self._entries[key] = blocks
         self._age[key] = self.generation
+
+    def remember(self, req: CanonicalRequest) -> None:
+        """Keep ``req`` as a reference for the chains of the next builds (the three most recent)."""
+        self.last = [req, *self.last[:2]]
 
     def tick(self) -> None:
         """One request done: forget entries no recent request used."""
@@ -231,6 +236,8 @@ class Builder:
         self._blocks: list[Block] = []
         self._cache = cache
         self._mark = 0
+        self._starts: list[int] = []
+        self._last_msg: int | None = None
 
     def reuse(self, position: str | int, unit: Any) -> tuple[str | int, str] | None:
         """With a cache, re-use the blocks of ``unit`` at ``position`` when it was seen unchanged and
@@ -242,6 +249,9 @@ class Builder:
         if hit is None:
             self._mark = len(self._blocks)
             return key
+        if isinstance(position, int):  # a message: its blocks start here
+            self._starts.append(len(self._blocks))
+            self._last_msg = position
         self._blocks.extend(hit)
         return None
 
@@ -266,10 +276,13 @@ class Builder:
         env: bytes = b"",
         message: int | None = None,
         name: str | None = None,
+        markers: bool = True,
     ) -> None:
-        """Add one content unit. Markers are read off ``unit`` and stripped from its bytes."""
+        """Add one content unit. Markers (``cache_control``/``prompt_cache_breakpoint`` at the unit's top level,
+        where the APIs define them; ``markers=False`` where they do not) are read off ``unit`` and stripped
+        from its bytes."""
         marker: Marker | None = None
-        if isinstance(unit, dict) and any(k in unit for k in MARKER_KEYS):
+        if markers and isinstance(unit, dict) and any(k in unit for k in MARKER_KEYS):
             raw = unit.get("cache_control") or unit.get("prompt_cache_breakpoint")
             if raw:
                 ttl = raw.get("ttl", "5m") if isinstance(raw, dict) else "5m"
@@ -279,6 +292,9 @@ class Builder:
         d = digest(env, data)
         kind, text, empty = _kind_and_text(unit)
         tokens = self._counter.count(d, text if text is not None else data.decode())
+        if message is not None and message != self._last_msg:
+            self._starts.append(len(self._blocks))
+            self._last_msg = message
         self._blocks.append(Block(path, section, kind, data, env, d, tokens, message, name, marker, empty))
 
     def build(
@@ -291,39 +307,76 @@ class Builder:
     ) -> CanonicalRequest:
         """Freeze the blocks into a :class:`CanonicalRequest` with its chain and cumulative tokens."""
         blocks = tuple(self._blocks)
-        start = 0
-        chain: list[bytes] = []
-        cum: list[int] = []
-        if self._cache is not None:
-            self._cache.tick()
-            for last_blocks, last_chain, last_cum in self._cache.last:
-                # Chain and token sums depend only on the digests (tokens are memoised per digest).
-                n, k = min(len(last_blocks), len(blocks)), 0
-                while k < n and (blocks[k] is last_blocks[k] or blocks[k].digest == last_blocks[k].digest):
-                    k += 1
-                if k > start:
-                    start, chain, cum = k, list(last_chain[:k]), list(last_cum[:k])
-        prev = chain[-1] if chain else b""
-        total = cum[-1] if cum else 0
-        for b in blocks[start:]:
-            prev = digest(prev, b.digest)
-            chain.append(prev)
-            total += b.tokens
-            cum.append(total)
+        refs = self._cache.last if self._cache is not None else []
+        chain, cum = chain_of(blocks, refs)
         req = CanonicalRequest(
             self.api,
             self.model,
             blocks,
-            tuple(chain),
-            tuple(cum),
+            chain,
+            cum,
             cache_key,
             retention,
             top_marker,
             dict(extra or {}),
+            tuple(self._starts),
+            tuple(i for i, b in enumerate(blocks) if b.marker is not None),
         )
         if self._cache is not None:
-            self._cache.last = [(blocks, req.chain, req.cum_tokens), *self._cache.last[:2]]
+            self._cache.tick()
+            self._cache.remember(req)
         return req
+
+
+def chain_of(
+    blocks: Sequence[Block], refs: Sequence[CanonicalRequest] = ()
+) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """The chain hashes and cumulative token counts of ``blocks``, re-using those of the reference request in
+    ``refs`` that shares the most leading digests (chain and sums depend only on the digests, and tokens are
+    memoised per digest), so building costs only the new blocks."""
+    start = 0
+    chain: list[bytes] = []
+    cum: list[int] = []
+    for ref in refs:
+        last_blocks = ref.blocks
+        n, k = min(len(last_blocks), len(blocks)), 0
+        while k < n and (blocks[k] is last_blocks[k] or blocks[k].digest == last_blocks[k].digest):
+            k += 1
+        if k > start:
+            start, chain, cum = k, list(ref.chain[:k]), list(ref.cum_tokens[:k])
+    prev = chain[-1] if chain else b""
+    total = cum[-1] if cum else 0
+    for b in blocks[start:]:
+        prev = digest(prev, b.digest)
+        chain.append(prev)
+        total += b.tokens
+        cum.append(total)
+    return tuple(chain), tuple(cum)
+
+
+def rebuild(req: CanonicalRequest, blocks: Sequence[Block], refs: Sequence[CanonicalRequest] = ()) -> CanonicalRequest:
+    """``req`` with its blocks replaced by ``blocks`` (the same request after agentcache re-sent some units in an
+    earlier form, reordered tools or moved markers): chain, token sums, message starts and marked blocks
+    recomputed, re-using the chain of ``req`` and of ``refs`` where the leading digests agree."""
+    out = tuple(blocks)
+    chain, cum = chain_of(out, (req, *refs))
+    starts: list[int] = []
+    last: int | None = None
+    marked: list[int] = []
+    for i, b in enumerate(out):
+        if b.message is not None and b.message != last:
+            starts.append(i)
+            last = b.message
+        if b.marker is not None:
+            marked.append(i)
+    return replace(req, blocks=out, chain=chain, cum_tokens=cum, msg_start=tuple(starts), marked=tuple(marked))
+
+
+def unmarked(blocks: tuple[Block, ...]) -> tuple[Block, ...]:
+    """``blocks`` without markers (the same tuple when none carries one)."""
+    if all(b.marker is None for b in blocks):
+        return blocks
+    return tuple(b if b.marker is None else replace(b, marker=None) for b in blocks)
 
 
 def _kind_and_text(unit: Any) -> tuple[str, str | None, bool]:
@@ -371,10 +424,23 @@ def text_unit(value: Any) -> Any:
     return value
 
 
+_VALUE_MEMO: OrderedDict[bytes, bytes] = OrderedDict()
+_VALUE_MEMO_SIZE = 65_536
+
+
 def value_digest(block: Block) -> bytes:
-    """Digest of a block's meaning (see :func:`normalize`); equal for re-serialised or re-shaped units."""
+    """Digest of a block's meaning (see :func:`normalize`); equal for re-serialised or re-shaped units.
+    Memoised by the block's byte digest (a bounded LRU), so a tool list reshuffled every turn costs one lookup
+    per tool."""
+    hit = _VALUE_MEMO.get(block.digest)
+    if hit is not None:
+        return hit
     env = json.loads(block.env) if block.env else None
-    return digest(dumps(normalize(env)), json.dumps(normalize(text_unit(block.unit())), sort_keys=True).encode())
+    out = digest(dumps(normalize(env)), json.dumps(normalize(text_unit(block.unit())), sort_keys=True).encode())
+    _VALUE_MEMO[block.digest] = out
+    if len(_VALUE_MEMO) > _VALUE_MEMO_SIZE:
+        _VALUE_MEMO.popitem(last=False)
+    return out
 
 
 def iter_message_blocks(req: CanonicalRequest, message: int) -> Iterator[Block]:
@@ -387,11 +453,6 @@ def message_value(req: CanonicalRequest, message: int) -> bytes:
     return digest(*(value_digest(b) for b in iter_message_blocks(req, message)))
 
 
-def message_bytes(req: CanonicalRequest, message: int) -> bytes:
-    """Digest of a whole message's bytes."""
-    return digest(*(b.digest for b in iter_message_blocks(req, message)))
-
-
 def message_indices(req: CanonicalRequest) -> list[int]:
     """Message indices present in ``req``, ascending."""
     seen: list[int] = []
@@ -401,26 +462,16 @@ def message_indices(req: CanonicalRequest) -> list[int]:
     return seen
 
 
-def first_of(seq: Sequence[Block], section: Section) -> int | None:
-    """Index of the first block of ``section`` in ``seq``, or None."""
-    for i, b in enumerate(seq):
-        if b.section == section:
-            return i
-    return None
-
-
 def with_markers(req: CanonicalRequest, markers: Mapping[int, Marker], top: Marker | None = None) -> CanonicalRequest:
     """A copy of ``req`` whose block markers are exactly ``markers`` (block index → Marker) and whose
     top-level marker is ``top``. Markers are not content: digests and chain are unchanged."""
-    from dataclasses import replace
-
     blocks = list(req.blocks)
     # Only blocks marked now or to be marked change: a walk over the rest would cost O(n) Python work per turn.
-    for i in {*markers, *(i for i, b in enumerate(blocks) if b.marker is not None)}:
+    for i in {*markers, *req.marked}:
         want = markers.get(i)
         if blocks[i].marker != want:
             blocks[i] = replace(blocks[i], marker=want)
-    return replace(req, blocks=tuple(blocks), top_marker=top)
+    return replace(req, blocks=tuple(blocks), top_marker=top, marked=tuple(sorted(markers)))
 
 
 def static_end(req: CanonicalRequest) -> int:

@@ -11,35 +11,72 @@ The strings are part of the public contract (JSON reports, logs, metrics): never
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final, Literal
 
-TOOLS_REORDERED: Final = "tools.reordered"
-TOOLS_SERIALIZATION: Final = "tools.serialization"
-TOOLS_CHANGED: Final = "tools.changed"
-TOOLS_ADDED: Final = "tools.added"
-TOOLS_REMOVED: Final = "tools.removed"
-SYSTEM_VOLATILE: Final = "system.volatile"
-SYSTEM_CHANGED: Final = "system.changed"
-MESSAGES_EDITED: Final = "messages.edited"
-MESSAGES_SERIALIZATION: Final = "messages.serialization"
-MESSAGES_SHAPE: Final = "messages.shape"
-MESSAGES_REMOVED: Final = "messages.removed"
-MESSAGES_INSERTED: Final = "messages.inserted"
-MESSAGES_COMPACTED: Final = "messages.compacted"
-MESSAGES_MEDIA_CHANGED: Final = "messages.media_changed"
-OPTIONS_MODEL: Final = "options.model"
-OPTIONS_TOOL_CHOICE: Final = "options.tool_choice"
-OPTIONS_THINKING: Final = "options.thinking"
-OPTIONS_OTHER: Final = "options.other"
 
-MARKERS_MISSING: Final = "markers.missing"
-MARKERS_INVALID: Final = "markers.invalid"
-LOOKBACK_EXCEEDED: Final = "lookback.exceeded"
-TTL_EXPIRED: Final = "ttl.expired"
-BELOW_MINIMUM: Final = "below_minimum"
-CACHE_KEY_CHANGED: Final = "cache_key.changed"
+class Cause(StrEnum):
+    """Why reuse was lost: a break (the prefix diverged) or a miss (cache mechanics on matching bytes)."""
 
-BREAK_CAUSES: Final[tuple[str, ...]] = (
+    TOOLS_REORDERED = "tools.reordered"
+    TOOLS_SERIALIZATION = "tools.serialization"
+    TOOLS_CHANGED = "tools.changed"
+    TOOLS_ADDED = "tools.added"
+    TOOLS_REMOVED = "tools.removed"
+    SYSTEM_VOLATILE = "system.volatile"
+    SYSTEM_CHANGED = "system.changed"
+    MESSAGES_EDITED = "messages.edited"
+    MESSAGES_SERIALIZATION = "messages.serialization"
+    MESSAGES_SHAPE = "messages.shape"
+    MESSAGES_REMOVED = "messages.removed"
+    MESSAGES_INSERTED = "messages.inserted"
+    MESSAGES_COMPACTED = "messages.compacted"
+    MESSAGES_MEDIA_CHANGED = "messages.media_changed"
+    OPTIONS_MODEL = "options.model"
+    OPTIONS_TOOL_CHOICE = "options.tool_choice"
+    OPTIONS_THINKING = "options.thinking"
+    OPTIONS_OTHER = "options.other"
+
+    MARKERS_MISSING = "markers.missing"
+    MARKERS_INVALID = "markers.invalid"
+    LOOKBACK_EXCEEDED = "lookback.exceeded"
+    TTL_EXPIRED = "ttl.expired"
+    BELOW_MINIMUM = "below_minimum"
+    CACHE_KEY_CHANGED = "cache_key.changed"
+
+    @property
+    def is_break(self) -> bool:
+        """True for a prefix divergence, False for a cache-mechanics miss."""
+        return self in BREAK_CAUSES
+
+
+TOOLS_REORDERED: Final = Cause.TOOLS_REORDERED
+TOOLS_SERIALIZATION: Final = Cause.TOOLS_SERIALIZATION
+TOOLS_CHANGED: Final = Cause.TOOLS_CHANGED
+TOOLS_ADDED: Final = Cause.TOOLS_ADDED
+TOOLS_REMOVED: Final = Cause.TOOLS_REMOVED
+SYSTEM_VOLATILE: Final = Cause.SYSTEM_VOLATILE
+SYSTEM_CHANGED: Final = Cause.SYSTEM_CHANGED
+MESSAGES_EDITED: Final = Cause.MESSAGES_EDITED
+MESSAGES_SERIALIZATION: Final = Cause.MESSAGES_SERIALIZATION
+MESSAGES_SHAPE: Final = Cause.MESSAGES_SHAPE
+MESSAGES_REMOVED: Final = Cause.MESSAGES_REMOVED
+MESSAGES_INSERTED: Final = Cause.MESSAGES_INSERTED
+MESSAGES_COMPACTED: Final = Cause.MESSAGES_COMPACTED
+MESSAGES_MEDIA_CHANGED: Final = Cause.MESSAGES_MEDIA_CHANGED
+OPTIONS_MODEL: Final = Cause.OPTIONS_MODEL
+OPTIONS_TOOL_CHOICE: Final = Cause.OPTIONS_TOOL_CHOICE
+OPTIONS_THINKING: Final = Cause.OPTIONS_THINKING
+OPTIONS_OTHER: Final = Cause.OPTIONS_OTHER
+
+MARKERS_MISSING: Final = Cause.MARKERS_MISSING
+MARKERS_INVALID: Final = Cause.MARKERS_INVALID
+LOOKBACK_EXCEEDED: Final = Cause.LOOKBACK_EXCEEDED
+TTL_EXPIRED: Final = Cause.TTL_EXPIRED
+BELOW_MINIMUM: Final = Cause.BELOW_MINIMUM
+CACHE_KEY_CHANGED: Final = Cause.CACHE_KEY_CHANGED
+
+BREAK_CAUSES: Final[tuple[Cause, ...]] = (
     TOOLS_REORDERED,
     TOOLS_SERIALIZATION,
     TOOLS_CHANGED,
@@ -59,7 +96,7 @@ BREAK_CAUSES: Final[tuple[str, ...]] = (
     OPTIONS_THINKING,
     OPTIONS_OTHER,
 )
-MISS_CAUSES: Final[tuple[str, ...]] = (
+MISS_CAUSES: Final[tuple[Cause, ...]] = (
     MARKERS_MISSING,
     MARKERS_INVALID,
     LOOKBACK_EXCEEDED,
@@ -69,7 +106,7 @@ MISS_CAUSES: Final[tuple[str, ...]] = (
 )
 
 #: Breaks whose new bytes mean the same as the old ones: agentcache re-sends the old bytes.
-REPAIRABLE_BREAKS: Final[frozenset[str]] = frozenset(
+REPAIRABLE_BREAKS: Final[frozenset[Cause]] = frozenset(
     {TOOLS_REORDERED, TOOLS_SERIALIZATION, MESSAGES_SERIALIZATION, MESSAGES_SHAPE}
 )
 

@@ -1,4 +1,6 @@
-"""Decisions to apply onto a wire body, expressed in the wire's own paths."""
+"""Decisions to apply onto a wire body, expressed in the wire's own paths: the vocabulary between the repairs and
+policies that decide and the adapters that carry decisions out (as SGLang's radix tree emits action records that
+its controller executes)."""
 
 from __future__ import annotations
 
@@ -6,8 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._canonical import Marker
+
+__all__ = ["KEEP", "MarkerSpec", "WirePlan"]
+
 #: Sentinel: leave a field as the client sent it.
 KEEP: Any = type("_Keep", (), {"__repr__": lambda self: "KEEP"})()
+
+#: A marker to write: a TTL (``"5m"``, ``"1h"``, ``"30m"``) or a :class:`Marker`, whose ``raw`` wire value (a
+#: client's own marker) is written as it was sent.
+MarkerSpec = str | Marker
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,19 +25,23 @@ class WirePlan:
     """What to change on a wire body. Every change preserves meaning (design.md, repair rule).
 
     ``replace``: unit path → JSON value previously sent for it (``"tools[3]"``, ``"system"``,
-    ``"messages[5].content"``, ``"messages[2].tool_calls"``...), applied before reordering.
+    ``"messages[5]"``...), applied before reordering.
     ``tool_order``: new order of the body's tools as indices into its ``tools`` list, or None.
     ``cache_key``: a new ``prompt_cache_key`` value, or KEEP.
-    ``markers``: when not None, exactly these ``(path, ttl)`` carry a cache marker afterwards and every
+    ``markers``: when not None, exactly these ``(path, marker)`` carry a cache marker afterwards and every
     other block marker is removed; paths name blocks of the body *after* replace and reorder.
     ``top_marker``: True keeps/sets a top-level ``cache_control``, False removes it, None leaves it.
+    ``marked``: the message indices (after replace) whose units may carry a marker before the markers are
+    written, when known (the marker writer then visits only those and the ones ``markers`` names, instead of
+    every message); None: visit every message.
     """
 
     replace: Mapping[str, Any] = field(default_factory=dict)
     tool_order: tuple[int, ...] | None = None
     cache_key: Any = KEEP
-    markers: tuple[tuple[str, str], ...] | None = None
+    markers: tuple[tuple[str, MarkerSpec], ...] | None = None
     top_marker: bool | None = None
+    marked: frozenset[int] | None = None
 
     @property
     def empty(self) -> bool:
@@ -38,4 +52,19 @@ class WirePlan:
             and self.cache_key is KEEP
             and self.markers is None
             and self.top_marker is None
+        )
+
+    def merged(self, other: WirePlan) -> WirePlan:
+        """One plan doing both: ``other``'s fields win where it sets them (its ``replace`` entries are added)."""
+        if other.empty:
+            return self
+        if self.empty:
+            return other
+        return WirePlan(
+            {**self.replace, **other.replace},
+            other.tool_order if other.tool_order is not None else self.tool_order,
+            other.cache_key if other.cache_key is not KEEP else self.cache_key,
+            other.markers if other.markers is not None else self.markers,
+            other.top_marker if other.top_marker is not None else self.top_marker,
+            other.marked if other.marked is not None else self.marked,
         )

@@ -34,12 +34,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._config import Settings
+from ..session import StoreUnavailable
 from ._config import ProxyConfig, is_loopback
 from ._core import handle_api, relay
 from ._errors import ROUTES
 from ._sessions import tenant_of
 from ._state import ProxyState
-from ._store import SessionStore, StoreUnavailable
 
 __all__ = ["create_app"]
 
@@ -68,7 +68,7 @@ def create_app(
     *,
     settings: Settings | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
-    store: SessionStore | None = None,
+    store: Any = None,
 ) -> Starlette:
     """The proxy as an ASGI app. ``app.state.proxy`` is its :class:`ProxyState`; the lifespan starts and
     stops it (in-process tests without a lifespan use ``async with app.state.proxy.running():``).
@@ -111,7 +111,7 @@ def create_app(
     async def health(request: Request) -> Response:
         # For load balancers: no token needed, nothing about sessions. A store that does not answer leaves
         # the proxy serving (fail open), so it is "degraded", still 200.
-        store_ok = await state.store.ping()
+        store_ok = await state.store_ok()
         body = {
             "status": "ok" if store_ok else "degraded",
             "store": "redis" if state.config.redis_url else "memory",

@@ -11,13 +11,14 @@ import ipaddress
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .._exceptions import ConfigError
+from ..model._types import parse_engine
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "UPSTREAMS", "ProxyConfig", "is_loopback", "load_proxy_config"]
 
@@ -63,8 +64,11 @@ class ProxyConfig(BaseSettings):
     """Everything ``agentcache proxy`` needs; every field is also ``AGENTCACHE_PROXY_<NAME>``.
 
     ``upstream``: ``anthropic``, ``openai`` or a base URL (a trailing ``/v1`` is dropped: paths are forwarded
-    as the client sent them). ``engine``: ``sglang`` adds ``session_id`` to forwarded bodies and posts
-    ``/close_session`` on close. ``redis_url``: share sessions between replicas (default: in memory).
+    as the client sent them). ``engine``: the local engine behind ``upstream`` (``sglang``, ``llama.cpp``,
+    ``vllm``; aliases such as ``llama`` accepted; ``none``: resolved per request, a URL upstream is asked what it
+    is at start-up): sessions then get the engine target (repairs only). ``sglang`` adds ``session_id`` to
+    forwarded bodies and posts ``/close_session`` on close. ``redis_url``: share sessions between replicas
+    (default: in memory).
     ``admin_token``: required by ``/metrics`` and ``/agentcache/v1/report`` (always when set; when unset they
     are served on loopback binds only). ``tenant_salt``: keys the hash of callers' API keys (tenants).
     ``simulate``: run the provider simulators on live traffic for the ``as_sent``/``agentcache`` arms.
@@ -74,7 +78,7 @@ class ProxyConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTCACHE_PROXY_", extra="ignore", frozen=True)
 
     upstream: str = "anthropic"
-    engine: Literal["sglang", "llama", "none"] = "none"
+    engine: str = "none"
     host: str = DEFAULT_HOST
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535)
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, gt=0)
@@ -100,6 +104,13 @@ class ProxyConfig(BaseSettings):
     simulate: bool = True
     report_max_sessions: int = Field(default=10_000, gt=0)
     report_max_records: int = Field(default=2_000, gt=0)
+
+    @field_validator("engine")
+    @classmethod
+    def _check_engine(cls, value: str) -> str:
+        if value.strip().lower() in ("none", ""):
+            return "none"
+        return parse_engine(value).value  # ConfigError (a ValueError) lists the choices
 
     @field_validator("upstream")
     @classmethod

@@ -1,17 +1,17 @@
 """The proxy's request path for the three pipeline routes, and session lifecycle over HTTP.
 
-For ``/v1/messages``, ``/v1/chat/completions`` and ``/v1/responses``: read the body (413 over the limit, 400
-for malformed JSON, in the caller's error format) → find the session (:mod:`._sessions`) → run the session's
-:class:`~agentcache.session._pipeline.SessionPipeline` → forward the prepared body → on a 2xx answer commit the
-request to the session → relay the response, reading usage on the way → after the last byte, metrics, the
-live report and one log line with the four fields. Any failure of agentcache's own (including an unreachable
-shared store) sends the client's original bytes upstream unchanged and is logged and counted (fail open).
+For ``/v1/messages``, ``/v1/chat/completions`` and ``/v1/responses``: read the body (413 over the limit, 400 for
+malformed JSON, in the caller's error format) → the session core (:meth:`agentcache.Sessions.abegin`: identity
+from headers and body, the session's target, one pipeline pass) → forward the prepared body → on a 2xx answer
+commit the turn → relay the response, reading usage on the way → after the last byte, :meth:`Turn.finish` (the
+turn report and event: metrics), the live report and one log line with the four fields. Any failure of
+agentcache's own (including an unreachable shared store) sends the client's original bytes upstream unchanged
+and is logged and counted (fail open).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -19,44 +19,18 @@ from starlette.responses import Response
 
 from .._exceptions import InputError
 from .._log import get_logger
-from ..analysis._diagnose import diagnose
-from ..model._canonical import CanonicalRequest, common_prefix
-from ..model._fields import LifecycleEvent, PrefixIdentity, ReuseBoundary, SessionSignal, StorageTier, TurnReport
-from ..model._rawjson import RawBody, dumps_spliced, loads
-from ..model._usage import CacheUsage, cost_usd
-from ..session._lifecycle import emit
-from ..session._pipeline import Prepared
-from ..session._sinks import SGLangSink
-from ..session._turn import Saved, learning, restore
+from ..model._rawjson import dumps_spliced, loads
+from ..model._types import Api, TargetKind
+from ..model._usage import CacheUsage
+from ..session import Turn
 from ._errors import Style, error_response, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers
-from ._sessions import STATE_BYTES_PER_BODY_BYTE, LiveSession, checkpoints_of, new_session_id, tenant_of
+from ._sessions import header_value, identity_of, tenant_of
 from ._state import ProxyState
 
-__all__ = ["Turn", "handle_api", "read_body", "relay"]
+__all__ = ["handle_api", "read_body", "relay"]
 
 log = get_logger("agentcache.proxy")
-_MAX_SESSION_ID = 256
-
-
-@dataclass(slots=True)
-class Turn:
-    """One pipeline request in flight: its session, the pipeline's decision and what was sent."""
-
-    api: str
-    tenant: str
-    session: LiveSession
-    generation: int
-    signal: SessionSignal
-    prepared: Prepared
-    client_body: dict[str, Any]
-    checkpoints: tuple[bytes, ...]
-    prev_sent: CanonicalRequest | None
-    wire: dict[str, Any]
-    saved: Saved
-    close_after: bool = False
-    committed: bool = False
-    size: int = 0
 
 
 class BodyTooLarge(Exception):
@@ -78,7 +52,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 async def handle_api(state: ProxyState, request: Request, api: str, route: str) -> Response:
     """Serve one pipeline route (see the module docstring)."""
-    style: Style = "anthropic" if api == "anthropic.messages" else "openai"
+    wire = Api(api)
+    style: Style = "anthropic" if wire == Api.ANTHROPIC_MESSAGES else "openai"
     if request.headers.get("content-encoding", "identity").strip().lower() != "identity":
         return await relay(state, request)  # a compressed body: relayed untouched
     try:
@@ -94,11 +69,24 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     now = time.time()
     turn: Turn | None = None
     content = raw
+    tenant = tenant_of(request.headers, state.config.tenant_salt)
     try:
-        turn = await _prepare(state, request, api, body, texts, now)
-        if turn.wire is not body:
-            content = dumps_spliced(turn.wire, texts)
-        turn.size = len(content) * STATE_BYTES_PER_BODY_BYTE
+        identity = identity_of(wire, request.headers, body, tenant)
+        turn = await state.store_call(
+            state.sessions.abegin(
+                wire,
+                body,
+                identity=identity,
+                now=now,
+                raw=texts,
+                base_url=state.config.upstream_url,
+                target=state.target_for(wire),
+                size=len(raw),
+            ),
+        )
+        state.keep_warm.cancel(f"{tenant}/{turn.session.session_id}")  # the session moved on: keep-warm is moot
+        if turn.body is not body:
+            content = dumps_spliced(turn.body, texts)
     except InputError as exc:  # the upstream is the judge of the request's validity
         log.info("proxy.unreadable_request", api=api, error=str(exc))
     except Exception as exc:
@@ -107,11 +95,11 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     req = state.client.build_request(request.method, state.url(request), headers=headers, content=content)
     started = time.perf_counter()
     upstream = await state.send(req, route, style)
+    provider = turn.session.provider if turn is not None and turn.session.provider else str(wire.provider)
     if isinstance(upstream, Response):
         if turn is not None:
-            _failed(state, turn, f"upstream_{upstream.status_code}")
-        model = str(body.get("model") or "")
-        state.count_request(route, state.config.provider_for(api), model, "error")
+            turn.fail(f"upstream_{upstream.status_code}")
+        state.count_request(route, provider, str(body.get("model") or ""), "error")
         return upstream
     state.metrics.ttfb.labels(route).observe(time.perf_counter() - started)
     ok = 200 <= upstream.status_code < 300
@@ -120,88 +108,44 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         if ok:
             await _commit(state, turn)
             if turn.committed and state.settings.keep_warm:
-                _keep_warm(state, turn, str(req.url), headers)
+                _keep_warm(state, turn, tenant, str(req.url), headers)
         else:
-            _failed(state, turn, f"http_{upstream.status_code}")
+            turn.fail(f"http_{upstream.status_code}")
         extra = [
-            (b"x-agentcache-session", turn.session.sid.encode("latin-1", "replace")),
+            (b"x-agentcache-session", header_value(turn.session.session_id)),
             (b"x-agentcache-generation", str(turn.generation).encode()),
         ]
     tap = None
     if ok:
         tap = UsageTap(api, upstream.headers.get("content-type", ""), upstream.headers.get("content-encoding", ""))
+    close_after = request.headers.get("x-agentcache-close", "").strip().lower() in ("1", "true", "yes")
 
     async def done(outcome: StreamOutcome) -> None:
-        await _finish(state, api, route, body, turn, upstream.status_code, started, outcome)
+        await _finish(state, route, provider, body, turn, tenant, upstream.status_code, started, outcome, close_after)
 
     return UpstreamResponse(upstream, started=started, tap=tap, extra_headers=extra, on_done=done)
 
 
-async def _prepare(
-    state: ProxyState, request: Request, api: str, body: dict[str, Any], texts: RawBody | None, now: float
-) -> Turn:
-    headers = request.headers
-    tenant = tenant_of(headers, state.config.tenant_salt)
-    sid = (headers.get("x-agentcache-session") or "").strip()[:_MAX_SESSION_ID]
-    parent = (headers.get("x-agentcache-parent") or "").strip()[:_MAX_SESSION_ID] or None
-    key = body.get("prompt_cache_key")
-    if not sid and api != "anthropic.messages" and isinstance(key, str) and key:
-        sid = key[:_MAX_SESSION_ID]
-    cps: tuple[bytes, ...] = ()
-    explicit = bool(sid)
-    if not explicit:
-        cps = checkpoints_of(api, body, texts)
-        found: str | None = await state.store_call("find", state.store.find(tenant, cps))
-        sid = found or new_session_id()
-    provider = state.config.provider_for(api)
-    opened = await state.store_call(
-        "open", state.store.open(tenant, sid, parent=parent, provider=provider, explicit=explicit, now=now)
-    )
-    sess = opened.session
-    state.keep_warm.cancel(f"{tenant}/{sess.sid}")  # the session moved on: a pending keep-warm is moot
-    for old in opened.evicted:
-        await state.closed(old, "evicted")
-    if opened.reason is not None:
-        emit(LifecycleEvent("open", sess.signal(), now, opened.reason), state.sinks)
-    saved = learning(sess.pipe)
-    prev_sent = sess.pipe.memory.sent
-    prepared = sess.pipe.prepare(api, body, now=now, raw=texts)
-    signal = sess.signal()
-    wire = prepared.body
-    if state.config.engine == "sglang":
-        wire = {**wire, "session_id": SGLangSink.sglang_id(signal)}
-    close_after = headers.get("x-agentcache-close", "").strip().lower() in ("1", "true", "yes")
-    return Turn(api, tenant, sess, sess.generation, signal, prepared, body, cps, prev_sent, wire, saved, close_after)
-
-
 async def _commit(state: ProxyState, turn: Turn) -> None:
-    sess = turn.session
     try:
-        if sess.generation != turn.generation:
-            ok = False
-        else:
-            ok = await state.store_call(
-                "commit", state.store.commit(sess, turn.prepared, turn.client_body, turn.checkpoints, turn.size)
-            )
+        ok = await state.store_call(turn.acommit())
     except Exception as exc:
+        turn.committed = False
         state.fail_open("commit", exc)
         return
-    turn.committed = ok
-    if ok:
-        sess.attempts = 0
-    else:
+    if not ok:
         state.metrics.stale.inc()
-        log.info("proxy.stale_response", session_id=sess.sid, generation=turn.generation)
+        log.info("proxy.stale_response", session_id=turn.session.session_id, generation=turn.generation)
 
 
-def _keep_warm(state: ProxyState, turn: Turn, url: str, headers: list[tuple[bytes, bytes]]) -> None:
+def _keep_warm(state: ProxyState, turn: Turn, tenant: str, url: str, headers: list[tuple[bytes, bytes]]) -> None:
     """After a committed Anthropic turn, schedule keep-warm requests when the TTL policy says they pay."""
-    if turn.api != "anthropic.messages" or state.config.engine != "none":
-        return  # a local engine (--engine) has no TTL to bridge
+    sess = turn.session
+    if turn.api != Api.ANTHROPIC_MESSAGES or sess.target is None or sess.target.kind != TargetKind.ANTHROPIC:
+        return  # a local engine has no TTL to bridge
     try:
-        sess = turn.session
-        decision = sess.pipe.keep_warm()
-        body = sess.pipe.keep_warm_body()
+        decision = sess.pipeline.keep_warm()
+        body = sess.pipeline.keep_warm_body()
         if decision is None or body is None:
             return
         generation, turns = sess.generation, sess.turns
@@ -209,45 +153,27 @@ def _keep_warm(state: ProxyState, turn: Turn, url: str, headers: list[tuple[byte
         def current() -> bool:
             return not sess.closed and sess.generation == generation and sess.turns == turns
 
-        state.keep_warm.schedule(f"{turn.tenant}/{sess.sid}", decision, url, headers, body, current)
+        state.keep_warm.schedule(f"{tenant}/{sess.session_id}", decision, url, headers, body, current)
     except Exception as exc:
         state.fail_open("keep_warm", exc)
 
 
-def _failed(state: ProxyState, turn: Turn, reason: str) -> None:
-    """The upstream did not accept the request: nothing is committed, the pipeline's learned hints are put
-    back, and the session records a retry (``attempt`` + 1, same generation)."""
-    sess = turn.session
-    if sess.closed or sess.generation != turn.generation:
-        return
-    restore(sess.pipe, turn.saved)
-    sess.attempts += 1
-    emit(LifecycleEvent("retry", sess.signal(), time.time(), reason), state.sinks)
-
-
-def _tier(state: ProxyState, turn: Turn, usage: CacheUsage | None) -> StorageTier:
-    tiers = dict(usage.tiers) if usage is not None else {}
-    if state.config.upstream_kind == "url":
-        return StorageTier("engine", None, tiers)
-    if turn.prepared.ttl is not None:
-        return StorageTier("provider", turn.prepared.ttl.ttl, tiers)
-    return StorageTier("provider", turn.prepared.planned.retention or "in_memory", tiers)
-
-
 async def _finish(
     state: ProxyState,
-    api: str,
     route: str,
+    provider: str,
     body: dict[str, Any],
     turn: Turn | None,
+    tenant: str,
     status: int,
     started: float,
     outcome: StreamOutcome,
+    close_after: bool,
 ) -> None:
-    """After the last byte: metrics, live report, the request's log line, and a requested close."""
+    """After the last byte: the turn report and event, metrics, live report, the request's log line, and a
+    requested close."""
     try:
         latency = time.perf_counter() - started
-        provider = state.config.provider_for(api)
         model = str(body.get("model") or "")
         state.metrics.latency.labels(route).observe(latency)
         state.count_request(route, provider, model, str(status))
@@ -258,17 +184,12 @@ async def _finish(
             state.count_usage(provider, model, usage)
         fields: dict[str, Any] = {}
         if turn is not None:
-            fields = _turn_fields(state, turn, usage, latency)
+            fields = _turn_fields(turn, tenant, usage, latency)
             if turn.committed:
-                sess = turn.session
-                repaired = None
-                div = turn.prepared.divergence
-                if div is not None and div.cause is not None and turn.prev_sent is not None:
-                    repaired = not diagnose(turn.prev_sent, turn.prepared.planned).is_break
-                key = f"{turn.tenant}/{sess.sid}"
-                state.report.record(key, turn.tenant, provider, sess.turns - 1, turn.prepared, usage, repaired)
-            if turn.close_after and turn.committed:
-                await state.close(turn.tenant, turn.session.sid, "closed")
+                turn.finish(usage, duration=latency, cut=outcome.status == "upstream_error")
+                state.report.record(f"{tenant}/{turn.session.session_id}", tenant, turn, usage)
+                if close_after:
+                    await state.close(tenant, turn.session.session_id, "closed")
         log.info(
             "proxy.request",
             route=route,
@@ -284,36 +205,9 @@ async def _finish(
         state.fail_open("report", exc)
 
 
-def _turn_fields(state: ProxyState, turn: Turn, usage: CacheUsage | None, latency: float) -> dict[str, Any]:
-    """The four fields (and usage, cost, repairs) of a turn, for its log line and the turn sink."""
-    planned = turn.prepared.planned
-    shared = common_prefix(turn.prev_sent, planned) if turn.prev_sent is not None else 0
-    div = turn.prepared.divergence
-    boundary = ReuseBoundary(
-        shared,
-        planned.tokens_before(shared),
-        usage.cache_read_tokens if usage is not None else None,
-        div.cause if div is not None else None,
-        div.first_divergent if div is not None else None,
-        div.tokens_lost if div is not None else 0,
-    )
-    provider = state.config.provider_for(turn.api)
-    cost = cost_usd(usage, provider, planned.model) if usage is not None else None
-    report = TurnReport(
-        turn.api,
-        planned.model,
-        PrefixIdentity.of(planned),
-        boundary,
-        turn.signal,
-        _tier(state, turn, usage),
-        usage,
-        cost,
-        turn.prepared.repairs,
-        turn.prepared.markers,
-        latency,
-    )
-    if turn.committed:
-        state.metrics.sink(LifecycleEvent("turn", turn.signal, time.time(), None, report=report))
+def _turn_fields(turn: Turn, tenant: str, usage: CacheUsage | None, latency: float) -> dict[str, Any]:
+    """The four fields (and usage, cost, repairs) of a turn, for its log line."""
+    report = turn.report(usage, latency)
     tier = _flat(report.storage_tier)
     tier["tiers"] = dict(report.storage_tier.tiers)
     return {
@@ -323,11 +217,11 @@ def _turn_fields(state: ProxyState, turn: Turn, usage: CacheUsage | None, latenc
         "session_signal": _flat(report.session_signal),
         "storage_tier": tier,
         "usage": usage.to_dict() if usage is not None else None,
-        "cost_usd": cost,
+        "cost_usd": report.cost_usd,
         "repairs": list(report.repairs),
         "markers": list(report.markers),
-        "tenant": turn.tenant,
-        "committed": turn.committed,
+        "tenant": tenant,
+        "committed": bool(turn.committed),
     }
 
 

@@ -2,11 +2,13 @@
 
 :class:`UpstreamResponse` sends the upstream status and headers, then every raw chunk as it arrives
 (``more_body=True``), never buffering the body. A :class:`UsageTap` reads usage from the chunks on the way
-through: Anthropic ``message_start``/``message_delta`` usage, the OpenAI Chat chunk that carries ``usage`` (and
-llama.cpp ``timings``), the Responses ``response.completed`` event, or the whole JSON body of a non-streaming
-response. If the upstream stream breaks mid-way, the client's stream is broken too (the ASGI app raises, so
-the server drops the connection instead of ending the body cleanly); if the client goes away, the upstream
-response is closed at once. Either way the upstream connection goes back to (or out of) the pool.
+through: it decodes and frames them and hands the events that can carry usage (Anthropic ``message_start`` /
+``message_delta``, the OpenAI Chat chunks with ``usage`` or llama.cpp ``timings``, the Responses
+``response.completed`` event), or the whole JSON body of a non-streaming response, to one
+:class:`~agentcache.model._usage.UsageAccumulator`. If the upstream stream breaks mid-way, the client's stream
+is broken too (the ASGI app raises, so the server drops the connection instead of ending the body cleanly); if
+the client goes away, the upstream response is closed at once. Either way the upstream connection goes back to
+(or out of) the pool.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..model._usage import CacheUsage, merge_anthropic_usage, normalize_usage
+from ..model._usage import CacheUsage, UsageAccumulator
 
 __all__ = [
     "StreamOutcome",
@@ -53,6 +55,7 @@ HOP_BY_HOP = frozenset(
 _TAPPABLE = ("gzip", "deflate", "identity")
 #: The largest JSON response body (or SSE line) the tap holds to read usage from.
 TAP_LIMIT = 8 * 1024 * 1024
+_USAGE_MARKERS = UsageAccumulator.SSE_USAGE_MARKERS
 
 
 def request_headers(raw: Iterable[tuple[bytes, bytes]], *, pipeline: bool) -> list[tuple[bytes, bytes]]:
@@ -85,7 +88,10 @@ def response_headers(upstream: httpx.Response, extra: Iterable[tuple[bytes, byte
 
 class UsageTap:
     """Reads usage from a response body as it streams past, holding at most one SSE line (or a JSON body up
-    to :data:`TAP_LIMIT`). Never raises: anything unreadable just yields no usage."""
+    to :data:`TAP_LIMIT`). Only the framing lives here: decompression (gzip, deflate), SSE line splitting and
+    the JSON parsing of the ``data:`` lines that can carry usage (or of the whole body); what the events mean
+    is a :class:`~agentcache.model._usage.UsageAccumulator`'s. Never raises: anything unreadable just yields
+    no usage."""
 
     def __init__(self, api: str, content_type: str, content_encoding: str = "") -> None:
         self.api = api
@@ -100,10 +106,13 @@ class UsageTap:
         elif enc not in ("", "identity"):
             self._ok = False
         self._buf = bytearray()
-        self._doc: dict[str, Any] | None = None
-        self._timings: dict[str, Any] | None = None
-        #: The stream's terminal event went past (``message_stop``, ``[DONE]``, ``response.completed``).
-        self.ended = False
+        self._acc = UsageAccumulator(api)
+
+    @property
+    def ended(self) -> bool:
+        """The api's terminal event went past (Anthropic ``message_stop``, Chat ``[DONE]``, Responses
+        ``response.completed`` / ``incomplete`` / ``failed``: ``TERMINAL_EVENTS``)."""
+        return self._acc.ended
 
     def feed(self, chunk: bytes) -> None:
         """Take one raw (possibly compressed) chunk."""
@@ -130,54 +139,45 @@ class UsageTap:
             return
         lines = bytes(self._buf[:end]).split(b"\n")
         del self._buf[: end + 1]
+        acc = self._acc
+        ends = acc.sse_end_markers
         for line in lines:
             if not line.startswith(b"data:"):
                 continue
-            if b"[DONE]" in line or b'"message_stop"' in line or b'"response.completed"' in line:
-                self.ended = True
-            if b'"usage"' in line or b'"timings"' in line:
-                try:
-                    obj = json.loads(line[5:])
-                except ValueError:
-                    continue
-                if isinstance(obj, dict):
-                    self._event(obj)
-
-    def _event(self, obj: dict[str, Any]) -> None:
-        kind = obj.get("type")
-        if self.api == "anthropic.messages":
-            if kind == "message_start" and isinstance(obj.get("message"), dict):
-                self._doc = merge_anthropic_usage(None, obj["message"].get("usage"))
-            elif kind == "message_delta" and isinstance(obj.get("usage"), dict):
-                self._doc = merge_anthropic_usage(self._doc, obj["usage"])
-        elif self.api == "openai.responses":
-            resp = obj.get("response")
-            if isinstance(resp, dict) and isinstance(resp.get("usage"), dict):
-                self._doc = resp
-        else:
-            if isinstance(obj.get("timings"), dict):
-                self._timings = obj["timings"]
-            if isinstance(obj.get("usage"), dict):
-                self._doc = obj
+            # Substring tests only (plain loops: cheaper than any()): the many delta lines that carry no usage
+            # are never parsed.
+            for marker in ends:
+                if marker in line:
+                    acc.end()
+                    break
+            for marker in _USAGE_MARKERS:
+                if marker in line:
+                    break
+            else:
+                continue
+            try:
+                obj = json.loads(line[5:])
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                acc.add_event(obj)
 
     def result(self) -> CacheUsage | None:
         """The usage read so far (call after the last chunk), or None."""
         if not self._ok:
             return None
+        if self.sse:
+            return self._acc.usage
         try:
-            if not self.sse:
-                if self._decoder is not None:
-                    self._buf += self._decoder.flush()
-                doc = json.loads(bytes(self._buf)) if self._buf else None
-                return normalize_usage(doc, self.api) if isinstance(doc, dict) else None
-            if self._doc is None:
-                return normalize_usage({"timings": self._timings}, self.api) if self._timings else None
-            doc = self._doc if self.api == "anthropic.messages" else dict(self._doc)
-            if self._timings is not None and self.api == "openai.chat":
-                doc["timings"] = self._timings
-            return normalize_usage(doc, self.api)
+            if self._decoder is not None:
+                self._buf += self._decoder.flush()
+            doc = json.loads(bytes(self._buf)) if self._buf else None
         except Exception:
             return None
+        if not isinstance(doc, dict):
+            return None
+        self._acc.add_body(doc)
+        return self._acc.usage
 
 
 class UpstreamStreamError(Exception):

@@ -1,5 +1,6 @@
-"""The proxy's process-wide state: config, the one pooled upstream client, the session store, metrics, the
-live report, and the background work (idle sweeps, SGLang ``/close_session`` posts).
+"""The proxy's process-wide state: config, the one pooled upstream client, the session manager (the same
+:class:`~agentcache.Sessions` core every door drives, over the in-memory or Redis store), the target each
+request's session plans for, metrics, the live report, and the background work (idle sweeps, keep-warm).
 
 :meth:`ProxyState.startup` creates the ``httpx.AsyncClient`` (and connects the store); :meth:`shutdown` closes
 them. The starlette lifespan calls both; tests may use ``async with state.running():``.
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -19,18 +19,15 @@ from starlette.responses import Response
 
 from .._config import Settings, get_settings
 from .._log import get_logger
-from ..model._fields import LifecycleEvent
+from ..model._types import Api, Engine, parse_engine
 from ..model._usage import CacheUsage
-from ..session._lifecycle import Sink, emit
-from ..session._pipeline import SessionPipeline
-from ..session._sinks import SGLangSink
+from ..session import MemoryStore, Session, Sessions, SGLangSink, StoreUnavailable
+from ..targets import Target, aprobe, resolve_target
 from ._config import ProxyConfig
 from ._errors import Style, error_response, upstream_failure
 from ._keepwarm import KeepWarmer
 from ._live import LiveReport
 from ._metrics import ProxyMetrics, model_label
-from ._sessions import LiveSession, ScopeRegistry
-from ._store import MemoryStore, SessionStore, StoreUnavailable
 from ._transport import ShardedTransport, UpstreamClient, env_proxy
 
 __all__ = ["ProxyState"]
@@ -40,8 +37,8 @@ T = TypeVar("T")
 
 
 class ProxyState:
-    """See the module docstring. ``transport``: an httpx transport for the upstream client (tests);
-    ``store``: a session store (default: :class:`MemoryStore`, or Redis when ``config.redis_url`` is set)."""
+    """See the module docstring. ``transport``: an httpx transport for the upstream client (tests); ``store``: a
+    session store (default: in memory with the config's limits, or Redis when ``config.redis_url`` is set)."""
 
     def __init__(
         self,
@@ -49,40 +46,76 @@ class ProxyState:
         *,
         settings: Settings | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        store: SessionStore | None = None,
+        store: Any = None,
     ) -> None:
         self.config = config
         self.settings = settings or get_settings()
         self.metrics = ProxyMetrics()
         self.report = LiveReport(self.metrics, config.simulate, config.report_max_sessions, config.report_max_records)
-        self.scopes = ScopeRegistry()
-        self.sinks: tuple[Sink, ...] = (self.metrics.sink,)
         self._transport = transport
         self._client: UpstreamClient | None = None
-        self.store: SessionStore = store if store is not None else self._default_store()
+        self.declared: Target | None = None
+        self.detected: Engine | None = None
+        self._targets: dict[Api, Target] = {}
+        sinks: list[Any] = [self.metrics.sink]
+        if config.engine != "none":
+            self.declared = resolve_target(Api.OPENAI_CHAT, declared=parse_engine(config.engine).value)
+        if config.engine == "sglang":
+            sinks.append(SGLangSink(config.upstream_url, post=self._post))
+        self.sessions = Sessions(
+            settings=self.settings,
+            sinks=sinks,
+            store=store if store is not None else self._default_store(),
+            idle_timeout=config.idle_timeout,
+            max_open=config.max_sessions,
+            max_tombstones=config.max_tombstones,
+        )
         self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.keep_warm = KeepWarmer(lambda: self.client, self._keep_warm_sent)
 
-    def _default_store(self) -> SessionStore:
-        if self.config.redis_url:
-            from ._redis import RedisStore
+    @property
+    def store(self) -> Any:
+        """The session store (:class:`~agentcache.session.MemoryStore` or :class:`~agentcache.session.RedisStore`)."""
+        return self.sessions.store
 
-            return RedisStore.from_url(self.config.redis_url, self.pipeline, self.config)
-        return MemoryStore(
-            self.pipeline,
-            self.config.max_sessions,
-            self.config.max_tombstones,
-            self.config.index_checkpoints,
-            self.config.min_inner_match,
-            max_bytes=self.config.max_state_mb * 1024 * 1024,
-        )
+    def _default_store(self) -> Any:
+        c = self.config
+        limits = {
+            "max_open": c.max_sessions,
+            "max_bytes": c.max_state_mb * 1024 * 1024,
+            "index_checkpoints": c.index_checkpoints,
+            "min_inner_match": c.min_inner_match,
+        }
+        if c.redis_url:
+            from ..session._redis import RedisStore
 
-    def pipeline(self, tenant: str, provider: str, sid: str, lineage: str) -> SessionPipeline:
-        """A new session's pipeline, sharing its tenant's cache scope on ``provider``."""
-        return SessionPipeline(
-            provider, scope=self.scopes.get(tenant, provider), settings=self.settings, session=sid, lineage=lineage
-        )
+            ttl = max(c.idle_timeout * 4, 3600.0)
+            return RedisStore.from_url(
+                c.redis_url, timeout=c.redis_timeout, prefix=c.redis_prefix, session_ttl=ttl, **limits
+            )
+        return MemoryStore(max_tombstones=c.max_tombstones, **limits)
+
+    def target_for(self, api: Api) -> Target:
+        """The target a new session whose first request speaks ``api`` plans for: the ``target`` setting, else
+        ``--engine``, else the engine the upstream answered as at start-up, else the API's provider."""
+        target = self._targets.get(api)
+        if target is None:
+            target = resolve_target(api, setting=self.settings.target, declared=self.declared, detected=self.detected)
+            self._targets[api] = target
+        return target
+
+    async def detect(self) -> None:
+        """Ask a URL upstream whether it is a local engine (once, at start-up; a provider is never asked)."""
+        c = self.config
+        if c.upstream_kind != "url" or self.declared is not None or not self.settings.detect_engines:
+            return
+        # ``connection: close``: the answer leaves no idle connection in the pool.
+        info = await aprobe(lambda url: self.client.get(url, headers=[(b"connection", b"close")]), c.upstream_url)
+        self.detected = info.engine
+        self._targets.clear()
+        if info.engine is not None:
+            log.info("proxy.engine_detected", engine=info.engine.value, upstream=c.upstream_url)
 
     # ---- lifecycle of the process ---------------------------------------------------------------
 
@@ -94,7 +127,7 @@ class ProxyState:
         return self._client
 
     async def startup(self) -> None:
-        """Create the pooled upstream client and start the idle sweeper."""
+        """Create the pooled upstream client, recognise a local engine, start the idle sweeper."""
         c = self.config
         limits = httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=c.max_keepalive)
         trust_env = not c.upstream_is_loopback  # no env proxy or cert settings for a local engine
@@ -105,6 +138,7 @@ class ProxyState:
         )
         self._client = UpstreamClient(transport, timeout)
         self.metrics.live_sessions.set_function(lambda: float(self.store.live()))
+        await self.detect()
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def shutdown(self) -> None:
@@ -115,12 +149,15 @@ class ProxyState:
                 await self._sweeper
             self._sweeper = None
         await self.keep_warm.aclose()
-        if isinstance(self.store, MemoryStore):
-            for sess in await self.store.sweep(time.time(), -1.0):
-                await self.closed(sess, "shutdown")
+        if self.sessions.memory:
+            self.sessions.close_all("shutdown")
+        for sink in self.sessions.sinks:
+            if isinstance(sink, SGLangSink):
+                await sink.aflush(5.0)
         if self._background:
             await asyncio.wait(set(self._background), timeout=5.0)
-        await self.store.aclose()
+        if hasattr(self.store, "aclose"):
+            await self.store.aclose()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -139,15 +176,15 @@ class ProxyState:
             await asyncio.sleep(self.config.sweep_interval)
             await self.sweep()
 
-    async def sweep(self) -> list[LiveSession]:
+    async def sweep(self) -> list[Session]:
         """Close sessions idle longer than ``idle_timeout`` (reason ``idle``)."""
         try:
-            idle = await self.store_call("sweep", self.store.sweep(time.time(), self.config.idle_timeout))
+            idle = await self.store_call(self.sessions.asweep())
         except Exception as exc:
             self.fail_open("sweep", exc)
             return []
         for sess in idle:
-            await self.closed(sess, "idle")
+            self.keep_warm.cancel(f"{sess.tenant}/{sess.session_id}")
         return idle
 
     # ---- the upstream --------------------------------------------------------------------------
@@ -170,43 +207,31 @@ class ProxyState:
             log.warning("proxy.upstream_error", route=route, error=type(exc).__name__, status=status)
             return error_response(style, status, message)
 
+    async def _post(self, path: str, doc: dict[str, Any]) -> int:
+        """POST ``doc`` to the upstream's ``path`` (SGLang ``/close_session``); the status code."""
+        response = await self.client.post(self.config.upstream_url + path, json=doc)
+        return response.status_code
+
     # ---- sessions ------------------------------------------------------------------------------
 
-    async def store_call(self, op: str, call: Awaitable[T]) -> T:
-        """Await a store operation; a failure is counted and re-raised as :class:`StoreUnavailable`."""
+    async def store_call(self, call: Awaitable[T]) -> T:
+        """Await a session-core call; a store failure (:class:`StoreUnavailable`, naming its operation) is counted
+        in ``agentcache_proxy_store_errors_total{op}`` and re-raised."""
         try:
             return await call
-        except StoreUnavailable:
-            self.metrics.store_errors.labels(op).inc()
+        except StoreUnavailable as exc:
+            self.metrics.store_errors.labels(exc.op).inc()
             raise
-        except Exception as exc:
-            self.metrics.store_errors.labels(op).inc()
-            raise StoreUnavailable(f"{op}: {type(exc).__name__}: {exc}") from exc
 
-    async def close(self, tenant: str, sid: str, reason: str) -> LiveSession | None:
-        """Close ``tenant``'s session ``sid`` (None when it is not live)."""
-        sess = await self.store_call("close", self.store.close(tenant, sid, time.time(), reason))
-        if sess is not None:
-            await self.closed(sess, reason)
-        return sess
+    async def close(self, tenant: str, sid: str, reason: str) -> Session | None:
+        """Close ``tenant``'s session ``sid`` (None when it is not live); its pending keep-warm is dropped."""
+        self.keep_warm.cancel(f"{tenant}/{sid}")
+        return await self.store_call(self.sessions.aclose(sid, tenant=tenant, reason=reason))
 
-    async def closed(self, sess: LiveSession, reason: str) -> None:
-        """Announce a closed session: the ``close`` event, and ``/close_session`` on SGLang. Its pending
-        keep-warm requests are dropped."""
-        self.keep_warm.cancel(f"{sess.tenant}/{sess.sid}")
-        emit(LifecycleEvent("close", sess.signal(), time.time(), reason), self.sinks)
-        if self.config.engine == "sglang" and self._client is not None:
-            task = asyncio.create_task(self._close_sglang(SGLangSink.sglang_id(sess.signal())))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _close_sglang(self, sid: str) -> None:
-        try:
-            response = await self.client.post(self.config.upstream_url + "/close_session", json={"session_id": sid})
-            if response.status_code >= 400:
-                log.warning("sglang.close_session_failed", session_id=sid, status=response.status_code)
-        except Exception as exc:  # fail open: the engine evicts the session's references eventually
-            log.warning("sglang.close_session_failed", session_id=sid, error=type(exc).__name__)
+    async def store_ok(self) -> bool:
+        """Whether the session store answers now (the in-memory one always does)."""
+        ping = getattr(self.store, "ping", None)
+        return True if ping is None else bool(await ping())
 
     # ---- accounting ----------------------------------------------------------------------------
 

@@ -79,6 +79,15 @@ class UpstreamClient:
             await response.aclose()
         return response
 
+    async def get(self, url: str, *, headers: Sequence[tuple[bytes, bytes]] = ()) -> httpx.Response:
+        """GET and read the whole response (closed on return)."""
+        response = await self.send(self.build_request("GET", url, headers=headers))
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+        return response
+
     async def aclose(self) -> None:
         """Close the transport's connections."""
         await self.transport.aclose()

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from ..model._usage import merge_anthropic_usage, normalize_usage
+from ..model._usage import CacheUsage, merge_anthropic_usage, normalize_usage
 
 __all__ = ["PATHS", "TurnResult", "send_turn"]
 
@@ -55,10 +55,13 @@ class TurnResult:
     started_s: float = 0.0
     tiers: dict[str, int] = field(default_factory=dict)
     slot: int | None = None
+    usage: CacheUsage | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return asdict(self)
+        """JSON-ready dict (``usage`` is given by its fields above)."""
+        out = asdict(self)
+        out.pop("usage")
+        return out
 
 
 def _first_token(target: str, event: dict[str, Any]) -> bool:
@@ -104,6 +107,7 @@ class _UsageReader:
         usage = normalize_usage(data, api) if data is not None else None
         if usage is None:
             return
+        result.usage = usage
         result.prompt_tokens = usage.prompt_tokens
         result.cached_tokens = usage.cache_read_tokens
         result.output_tokens = usage.output_tokens

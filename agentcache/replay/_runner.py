@@ -1,14 +1,18 @@
 """Replay recorded sessions against a real endpoint: sessions in parallel (at most ``concurrency`` at once),
 each session's requests in recorded order, streaming.
 
-``via="agentcache"`` sends every request through the session's :class:`~agentcache.session._pipeline.SessionPipeline`
-(repairs and cache planning, committed once the request was sent) and gives the engine what session-aware
+``via="agentcache"`` sends every request through the session core (one :class:`~agentcache.Sessions` manager, a
+session per recorded session: the repairs and planning of the endpoint's target, each turn committed once the
+request was answered), as ``wrap()`` and the proxy do. Session affinity gives the engine what session-aware
 caching needs: on llama.cpp a slot per session (``id_slot``, from a pool of the server's ``total_slots``), on
-SGLang a stable ``session_id`` on every request and ``POST /close_session`` after the session's last request.
-``via="direct"`` sends the recorded bodies as they are (converted to the target wire format when needed).
+SGLang a stable ``session_id`` on every request and ``POST /close_session`` when the session closes after its
+last request (:class:`~agentcache.SGLangSink`, the same lifecycle path as the proxy's). ``via="direct"`` sends
+the recorded bodies as they are (converted to the target wire format when needed).
 
-The endpoint kind (``llama.cpp``, ``sglang`` or ``other``) comes from ``GET /v1/models`` (``owned_by``) unless
-given; the model name from the same answer unless given (else each body keeps its recorded model).
+The endpoint kind (``llama.cpp``, ``sglang`` or ``other``) is asked of the endpoint
+(:func:`agentcache.targets.aprobe`) unless given; the model name from the same answer unless given (else each
+body keeps its recorded model). The target: a recognised engine gets the engine target (repairs only); any other
+endpoint the provider rules of the wire format sent.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from typing import Any
 
 import httpx
 
-from .._config import Settings, get_settings
+from .._config import get_settings
 from .._log import get_logger
 from ..loaders import Record
-from ..session._pipeline import Prepared, ScopeMemory, SessionPipeline
+from ..model._types import Engine, parse_engine
+from ..session import Session, Sessions, SGLangSink, Turn
+from ..targets import aprobe, resolve_target
 from ._client import TurnResult, send_turn
 from ._convert import TARGET_APIS, convert, to_token_ids
 from ._report import ReplayResult
@@ -83,69 +89,51 @@ def group_sessions(records: Sequence[Record], max_sessions: int | None, max_turn
 
 
 async def detect_endpoint(client: httpx.AsyncClient) -> tuple[str, str | None, int | None]:
-    """``(engine kind, served model id, llama.cpp total slots)`` from ``/v1/models`` and llama.cpp's ``/props``."""
-    kind, model, slots = "other", None, None
-    try:
-        response = await client.get("/v1/models")
-        data = response.json().get("data") or [] if response.status_code == 200 else []
-        if data:
-            model = data[0].get("id")
-            owner = str(data[0].get("owned_by", "")).lower()
-            kind = "llama.cpp" if "llama" in owner else "sglang" if "sglang" in owner else "other"
-    except (httpx.HTTPError, ValueError, AttributeError):
-        pass
-    try:
-        response = await client.get("/props")
-        if response.status_code == 200:
-            props = response.json()
-            if "total_slots" in props:
-                kind, slots = "llama.cpp", int(props["total_slots"])
-    except (httpx.HTTPError, ValueError, AttributeError, TypeError):
-        pass
-    return kind, model, slots
+    """``(engine kind, served model id, llama.cpp total slots)`` of the endpoint ``client`` is based at
+    (:func:`agentcache.targets.aprobe`); the kind is ``llama.cpp``, ``sglang`` or ``other``."""
+    info = await aprobe(client.get, str(client.base_url))
+    kind = info.engine.value if info.engine in (Engine.LLAMA_CPP, Engine.SGLANG) else "other"
+    return kind, info.model, info.slots
 
 
 class _Session:
-    """Replays one session's requests in order."""
+    """Replays one session's requests in order, through the session core with ``via="agentcache"``."""
 
     def __init__(self, run: _Run, records: list[Record]) -> None:
         self.run = run
         self.records = records
         self.name = records[0].session
-        cfg = run.config
-        self.pipeline: SessionPipeline | None = None
-        if cfg.via == "agentcache":
-            provider = "anthropic" if cfg.target == "anthropic.messages" else "openai"
-            self.pipeline = SessionPipeline(provider, scope=run.scope, settings=run.settings, session=self.name)
+        self.session: Session | None = run.sessions.session(self.name) if run.sessions is not None else None
 
-    def _body(self, record: Record, slot: int | None) -> tuple[dict[str, Any], Prepared | None]:
+    def _body(self, record: Record, slot: int | None) -> tuple[dict[str, Any], Turn | None]:
         cfg, run = self.run.config, self.run
         wire = "openai.chat" if cfg.target == "sglang.generate" else cfg.target
         body = convert(record.api, record.body, wire)
         if run.model is not None:
             body["model"] = run.model
-        prepared = None
-        if self.pipeline is not None:
+        turn = None
+        if self.session is not None and cfg.via == "agentcache":
             try:
-                prepared = self.pipeline.prepare(wire, body)
-                body = dict(prepared.body)
+                turn = self.session.begin(wire, body, base_url=run.base_url)
+                body = dict(turn.body)
             except Exception:  # fail open: the request goes as it is
                 log.warning("replay.pipeline_failed", session=self.name, exc_info=True)
+        elif self.session is not None:  # direct, with session affinity: pinning only
+            body = annotate_only(run, body, self.session)
         if cfg.target == "sglang.generate":
             ids = to_token_ids(wire, body, cfg.vocab_size or 32000)
             params = {"max_new_tokens": cfg.max_tokens, "temperature": body.get("temperature", 0.0)}
-            body = {"input_ids": ids, "sampling_params": params, "stream": True}
+            pinned = {"session_id": body["session_id"]} if "session_id" in body else {}
+            body = {"input_ids": ids, "sampling_params": params, "stream": True, **pinned}
         else:
             body.pop("max_completion_tokens", None)
             body["max_tokens"] = cfg.max_tokens
             body["stream"] = True
             if cfg.target == "openai.chat":
                 body["stream_options"] = {"include_usage": True}
-        if cfg.pinned and run.kind == "sglang":
-            body["session_id"] = self.name
         if slot is not None:
             body["id_slot"] = slot
-        return body, prepared
+        return body, turn
 
     async def play(self) -> None:
         run = self.run
@@ -155,20 +143,30 @@ class _Session:
                 for i, record in enumerate(self.records):
                     result = TurnResult(self.name, i, slot=slot)
                     try:
-                        body, prepared = self._body(record, slot)
+                        body, turn = self._body(record, slot)
                     except Exception as exc:  # an unconvertible record is an error of this turn only
                         result.error = f"cannot build the request: {type(exc).__name__}: {exc}"
                         run.done(result)
                         continue
                     await send_turn(run.client, run.config.target, body, result, headers=run.headers, clock_zero=run.t0)
-                    if result.ok and prepared is not None and self.pipeline is not None:
-                        self.pipeline.commit(prepared)
+                    if turn is not None:
+                        if result.ok:
+                            turn.succeed(result.usage)
+                        else:
+                            turn.fail(result.error or "failed")
                     run.done(result)
             finally:
                 if slot is not None and run.slots is not None:
                     run.slots.put_nowait(slot)
-                if run.config.pinned and run.kind == "sglang":
-                    await run.close_session(self.name)
+                if self.session is not None:
+                    self.session.close()  # SGLang: /close_session for every generation it pinned
+
+
+def annotate_only(run: _Run, body: dict[str, Any], session: Session) -> dict[str, Any]:
+    """``body`` with the session pinning of the run's sinks (``via="direct"`` with affinity)."""
+    for sink in run.sinks:
+        body = sink.annotate(body, session.signal, run.base_url)
+    return body
 
 
 class _Run:
@@ -179,14 +177,15 @@ class _Run:
         self.client = client
         self.on_turn = on_turn
         self.results: list[TurnResult] = []
-        self.scope = ScopeMemory()
         self.kind = "other"
         self.model: str | None = config.model
         self.slots: asyncio.Queue[int] | None = None
         self.limit = asyncio.Semaphore(max(1, config.concurrency))
         self.t0 = time.perf_counter()
         self.headers = self._headers()
-        self.settings = get_settings()
+        self.base_url = config.base_url
+        self.sessions: Sessions | None = None
+        self.sinks: list[SGLangSink] = []
 
     def _headers(self) -> dict[str, str]:
         cfg = self.config
@@ -204,24 +203,31 @@ class _Run:
         self.kind = self.config.engine if self.config.engine != "auto" else kind
         if self.model is None and model is not None and self.kind in ("llama.cpp", "sglang"):
             self.model = model
-        if self.kind in ("llama.cpp", "sglang"):
-            # Engines have no routing key: never add prompt_cache_key.
-            self.settings = Settings(**{**get_settings().model_dump(), "openai_cache_key": "off"})
+        if self.config.pinned and self.kind == "sglang":
+            self.sinks.append(SGLangSink(self.base_url, post=self._post))
+        if self.config.via == "agentcache" or self.sinks:
+            wire = "openai.chat" if self.config.target == "sglang.generate" else self.config.target
+            engine = parse_engine(self.kind) if self.kind in ("llama.cpp", "sglang") else None
+            settings = get_settings()
+            target = resolve_target(wire, setting=settings.target, detected=engine)
+            self.sessions = Sessions(provider=target, settings=settings, sinks=list(self.sinks), idle_timeout=None)
         if self.config.pinned and self.kind == "llama.cpp":
             self.slots = asyncio.Queue()
             for slot in range(slots or max(1, self.config.concurrency)):
                 self.slots.put_nowait(slot)
+
+    async def _post(self, path: str, doc: dict[str, Any]) -> int:
+        response = await self.client.post(path, json=doc, headers=self.headers)
+        return response.status_code
 
     def done(self, result: TurnResult) -> None:
         self.results.append(result)
         if self.on_turn is not None:
             self.on_turn(result)
 
-    async def close_session(self, session: str) -> None:
-        try:
-            await self.client.post("/close_session", json={"session_id": session}, headers=self.headers)
-        except httpx.HTTPError as exc:
-            log.warning("replay.close_session_failed", session=session, error=str(exc))
+    async def finish(self) -> None:
+        for sink in self.sinks:
+            await sink.aflush(10.0)
 
 
 async def run_replay(
@@ -243,6 +249,7 @@ async def run_replay(
         await run.prepare()
         run.t0 = time.perf_counter()
         await asyncio.gather(*(_Session(run, group).play() for group in groups))
+        await run.finish()
         total = time.perf_counter() - run.t0
     order = {g[0].session: i for i, g in enumerate(groups)}
     results = sorted(run.results, key=lambda r: (order.get(r.session, 0), r.turn))

@@ -1,5 +1,8 @@
 """Assemble the :class:`~._plan.ServePlan` for ``agentcache serve``: engines, router, Mooncake master, proxy.
 
+SGLang's command lines come from :mod:`._sglang`; llama.cpp's from :mod:`agentcache._engines.llama`, the same
+builder :class:`~agentcache._engines.llama.LlamaServer` uses, fed by :func:`llama_options`.
+
 Stages: 0 ``mooncake-master`` (only for ``--l3 mooncake`` without a master address); 1 the engines
 (``engine-0`` … ``engine-N-1``); 2 the ``router`` (``--workers`` > 1); 3 the ``proxy``. A stage starts once every
 process of the stages before it is ready.
@@ -10,21 +13,21 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from ._llamacpp import llama_server_argv
+from .._engines.llama import LlamaOptions, llama_server_argv, llama_server_binary
 from ._plan import DEFAULT_MOONCAKE_PORT, LOOPBACK, ProcessSpec, ReadyCheck, ServeOptions, ServePlan
 from ._sglang import engine_argv, engine_env, mooncake_master_argv, router_argv
 
-__all__ = ["Toolchain", "build_plan", "proxy_argv"]
+__all__ = ["Toolchain", "build_plan", "llama_options", "proxy_argv"]
 
 
 @dataclass(frozen=True, slots=True)
 class Toolchain:
-    """What was found on this machine (see :func:`._preflight.probe_toolchain`); the defaults describe a
+    """What was found on this machine (see :func:`._preflight.toolchain`); the defaults describe a
     machine with everything installed, which is what ``--dry-run`` assumes for anything missing.
 
     ``router``: ``smg`` or ``sglang_router``. ``mooncake_master``: the binary. ``llama_server``: the binary
-    (None: found by :func:`._llamacpp.llama_server_binary`). ``proxy``: ``agentcache.proxy`` is importable.
-    ``python``: the interpreter that runs the agentcache proxy (ours).
+    (None: found by :func:`agentcache._engines.llama.llama_server_binary`). ``proxy``: ``agentcache.proxy`` is
+    importable. ``python``: the interpreter that runs the agentcache proxy (ours).
     """
 
     router: str = "smg"
@@ -40,6 +43,32 @@ def proxy_argv(python: str, upstream: str, engine: str, host: str, port: int) ->
     llama.cpp (reuse read from ``timings``)."""
     return [python, "-m", "agentcache", "proxy", "--upstream", upstream, "--engine", engine, "--host", host,
             "--port", str(port)]  # fmt: skip
+
+
+def llama_options(options: ServeOptions) -> LlamaOptions:
+    """llama.cpp's ``llama-server`` set up for ``options``.
+
+    One slot per concurrent session (``--parallel N``, each with ``ctx_per_session`` tokens, so ``--ctx-size``
+    is N times that) in separate KV sequences (``--no-kv-unified``), so sessions do not evict each other's KV;
+    the client pins a session to a slot with the request field ``id_slot`` (``agentcache replay --via
+    agentcache`` does). ``--metrics`` on. ``--l2 SIZE_GB`` sizes the host-memory prompt cache (``--cache-ram``,
+    in MiB); ``--no-prefix-cache`` turns both prompt caches off. ``extra_args`` come last.
+    """
+    slots = options.sessions
+    cache_ram: int | None = None
+    if not options.prefix_cache:
+        cache_ram = 0
+    elif options.l2 is not None and options.l2.size_gb is not None:
+        cache_ram = int(options.l2.size_gb * 1024)
+    return LlamaOptions(
+        parallel=slots,
+        ctx_size=slots * options.ctx_per_session,
+        kv_unified=False,
+        metrics=True,
+        cache_prompt=options.prefix_cache,
+        cache_ram_mib=cache_ram,
+        extra_args=tuple(options.extra_args),
+    )
 
 
 def build_plan(options: ServeOptions, tools: Toolchain | None = None) -> ServePlan:
@@ -72,7 +101,8 @@ def build_plan(options: ServeOptions, tools: Toolchain | None = None) -> ServePl
             argv = engine_argv(options, i, port, master)
             env = engine_env(options)
         else:
-            argv = llama_server_argv(options, port, tools.llama_server)
+            binary = tools.llama_server if tools.llama_server is not None else llama_server_binary()
+            argv = llama_server_argv(binary, options.model, port, llama_options(options), host=LOOPBACK)
             env = {}
         processes.append(
             ProcessSpec(f"engine-{i}", "engine", tuple(argv), env, ReadyCheck("http", LOOPBACK, port), stage=1)

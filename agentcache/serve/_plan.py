@@ -1,9 +1,9 @@
 """What ``agentcache serve`` runs, as data: the options, one :class:`ProcessSpec` per child process, and the
 :class:`ServePlan` that orders them.
 
-Decide, then execute: the builders in :mod:`._sglang` and :mod:`._llamacpp` and :func:`build_plan` only produce
-frozen records; :mod:`._supervisor` starts them, and ``--dry-run`` prints them. Nothing here touches a process,
-a port or the network.
+Decide, then execute: the builders in :mod:`._sglang` and :mod:`agentcache._engines.llama` and :func:`build_plan`
+only produce frozen records; :mod:`._supervisor` starts them, and ``--dry-run`` prints them. Nothing here
+touches a process, a port or the network.
 
 Ports: the public ``--port`` belongs to the front process (the agentcache proxy, else the router, else the only
 engine); engines listen on ``port + 1 + i`` and the router (``--workers`` > 1) on ``port + 1 + workers``, all on

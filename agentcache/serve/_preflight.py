@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._engines.llama import INSTALL_HINT, find_llama_server
 from ._build import Toolchain
-from ._llamacpp import INSTALL_HINT
 from ._plan import LOOPBACK, ServeOptions, ServePlan
 from ._sglang import SGLANG_VERSION, tp_size
 
@@ -33,6 +33,8 @@ _STATIC_FRACTION = 0.85
 _HOST_HEADROOM = 0.9
 #: Memory each engine contributes to an agentcache-started Mooncake pool (``_sglang.MOONCAKE_SEGMENT``).
 _MOONCAKE_SEGMENT_BYTES = 4 * GIB
+#: What ``python -m agentcache proxy`` needs: the proxy package and the command line's library.
+_PROXY_MODULES = ("agentcache.proxy", "typer")
 
 SGLANG_INSTALL = (
     f"install SGLang {SGLANG_VERSION} in its own environment and pass its interpreter: "
@@ -125,21 +127,17 @@ def _binary(name: str, python: str) -> str | None:
 
 
 def proxy_available() -> bool:
-    """True when the agentcache proxy can run here: ``agentcache.proxy`` is importable and the command line
-    has its ``proxy`` command."""
+    """True when the agentcache proxy can run here: ``agentcache.proxy`` and ``typer`` (the command line that
+    runs it, :func:`._build.proxy_argv`'s ``python -m agentcache proxy``) are importable. Found, not imported:
+    serve never imports the command line, which imports serve."""
     try:
-        if importlib.util.find_spec("agentcache.proxy") is None:
-            return False
-        from .. import _cli
-    except ImportError:
+        return all(importlib.util.find_spec(name) is not None for name in _PROXY_MODULES)
+    except (ImportError, ValueError):
         return False
-    return any(command.name == "proxy" for command in _cli.app.registered_commands)
 
 
 def probe_machine(options: ServeOptions) -> Machine:
     """Look at this machine for ``options`` (runs the engine's interpreter a few times for SGLang)."""
-    from .._engines.llama import find_llama_server
-
     proxy = proxy_available()
     if options.resolved_engine == "llama.cpp":
         found = find_llama_server()

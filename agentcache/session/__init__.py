@@ -1,1 +1,45 @@
-"""session"""
+"""The one session core behind every door: :class:`Sessions` (the manager), :class:`Session`, :class:`Turn`, the
+per-session :class:`SessionPipeline`, lifecycle events and sinks, and the stores (in memory, Redis)."""
+
+from __future__ import annotations
+
+from ._identity import LOCAL_TENANT, Identity, checkpoints_of, conversation_of, new_session_id
+from ._lifecycle import Sink, annotate, emit
+from ._pipeline import Learned, PipelineState, Prepared, ScopeMemory, SessionPipeline
+from ._session import UNSET, Session
+from ._sessions import DEFAULT_IDLE_TIMEOUT, Lineage, SessionClosedError, Sessions
+from ._sinks import PrometheusSink, SGLangSink
+from ._store import AsyncSessionStore, MemoryStore, Opened, SessionStore, StoreUnavailable, Tombstone
+from ._turn import Turn, build_report
+
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "LOCAL_TENANT",
+    "UNSET",
+    "AsyncSessionStore",
+    "Identity",
+    "Learned",
+    "Lineage",
+    "MemoryStore",
+    "Opened",
+    "PipelineState",
+    "Prepared",
+    "PrometheusSink",
+    "SGLangSink",
+    "ScopeMemory",
+    "Session",
+    "SessionClosedError",
+    "SessionPipeline",
+    "SessionStore",
+    "Sessions",
+    "Sink",
+    "StoreUnavailable",
+    "Tombstone",
+    "Turn",
+    "annotate",
+    "build_report",
+    "checkpoints_of",
+    "conversation_of",
+    "emit",
+    "new_session_id",
+]

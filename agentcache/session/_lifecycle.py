@@ -6,8 +6,9 @@ Every wrapped request yields a :class:`TurnReport` keyed by the four fields of d
 a :class:`LifecycleEvent` for each of ``open``, ``turn``, ``retry``, ``fork`` and ``close``:
 
 * to the ``agentcache.session`` logger (:mod:`agentcache._log`: silent unless the host configures logging),
-  event ``session.<name>`` at info level, with the four fields as dicts. Only ids, hashes and counts are
-  logged: never prompt text or credentials;
+  event ``session.<name>`` with the four fields as dicts: ``open``, ``retry``, ``fork`` and ``close`` at info
+  level, ``turn`` (one per request; the proxy's ``proxy.request`` line already carries its fields) at debug.
+  Only ids, hashes and counts are logged: never prompt text or credentials;
 * to every registered sink: a plain callable ``sink(event)``, :class:`SGLangSink` or
   :class:`PrometheusSink`. A sink may also have ``annotate(body, signal, base_url) -> body``, called
   on each outgoing wire body (the SGLang sink adds ``session_id`` there). A failing sink is logged
@@ -28,6 +29,7 @@ Retry versus new generation (the contract):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -48,8 +50,9 @@ class Sink(Protocol):
 
 def emit(event: LifecycleEvent, sinks: list[Sink] | tuple[Sink, ...]) -> None:
     """Log ``event`` and hand it to each sink; a sink that raises is logged and skipped."""
-    if enabled(log_name):
-        log.info(f"session.{event.event}", **event.log_fields())
+    level = logging.DEBUG if event.event == "turn" else logging.INFO
+    if enabled(log_name, level):
+        log.log(level, f"session.{event.event}", **event.log_fields())
     for sink in sinks:
         try:
             sink(event)

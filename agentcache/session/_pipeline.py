@@ -1,308 +1,399 @@
-"""The per-session request pipeline shared by audit, the SDK wrappers and the proxy:
-canonicalize → diagnose → repair → plan → apply.
+"""The per-session request pipeline every door shares: canonicalize → diagnose → repair → plan → apply, once.
 
-:class:`SessionPipeline` holds one session's memory; :meth:`SessionPipeline.prepare` turns the
-client's wire body into the body agentcache sends (repairs, routing key and planned breakpoints
-applied) and reports what it found. :meth:`SessionPipeline.commit` records the prepared request as
-sent; callers commit only once the request actually went out, so a request that failed before
-sending leaves the session unchanged.
+:class:`SessionPipeline` holds one session's memory (:class:`PipelineState`, immutable). :meth:`~SessionPipeline.
+prepare` is pure: it turns the client's wire body into the body agentcache sends and reports what it found, and
+returns the state the session will have once that body was sent (:attr:`Prepared.state`);
+:meth:`~SessionPipeline.commit` installs it and is the only mutator, so a request that is never sent (or fails)
+teaches nothing, and a retried request is planned exactly as its first try was.
+
+One pass per request: the client body is canonicalized once; the repairs and the target's decisions are one
+:class:`~agentcache.model.WirePlan`, applied once; the request that is sent is assembled from blocks
+(:func:`~agentcache.analysis.repaired_request`), and the sent body is read again only when writing a marker
+turned a string into a text block. :meth:`~SessionPipeline.snapshot` / :meth:`~SessionPipeline.from_snapshot`
+carry the state between processes (the Redis store).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._config import Settings, get_settings
-from ..adapters import WirePlan, apply, canonicalize
+from ..adapters import apply, canonicalize
 from ..analysis._diagnose import Divergence, diagnose
-from ..analysis._repair import SessionMemory, plan_repairs
-from ..model import _causes as C
-from ..model._canonical import BlockCache, CanonicalRequest, common_prefix, static_end, with_markers
+from ..analysis._repair import RepairPlan, Sent, ToolMemory, plan_repairs, repaired_request
+from ..model._canonical import BlockCache, CanonicalRequest, unmarked, value_digest, with_markers
+from ..model._causes import MESSAGES_EDITED, REPAIRABLE_BREAKS, Cause
 from ..model._rawjson import RawBody
-from ..model._rules import anthropic_rules, openai_rules
-from ..policies import (
-    KeepWarmDecision,
-    KeyPlanner,
-    PlanHints,
-    TTLDecision,
-    choose_ttl,
-    plan_breakpoints,
-    plan_keep_warm,
-)
-from ..policies.breakpoints import plan_openai_breakpoints
+from ..model._types import Api
+from ..policies import KeepWarmDecision, KeyPlanner, TTLDecision
 from ..policies.volatility import VolatileMemory, move_volatile
+from ..targets import PlanInput, Target, TargetPlan, target_named
+
+__all__ = ["Learned", "PipelineState", "Prepared", "ScopeMemory", "SessionPipeline"]
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """What the client's own history says about its next request: the message indices it rewrote
+    (``edit_points``), the trailing blocks it sends once and drops (``ephemeral_tail``), and the message it is
+    expected to rewrite next (``rewrite_at``, from the stride of its rewrites)."""
+
+    edit_points: tuple[int, ...] = ()
+    ephemeral_tail: int = 0
+    rewrite_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineState:
+    """A session's memory between turns. ``sent``: what went out last (None before the first request);
+    ``client_body``: the client's own last body when it differs from ``sent.body``; ``tools``: tool definitions
+    by meaning and the order sent; ``routing_key``: the ``prompt_cache_key`` agentcache chose; ``times``: the
+    last 32 request times (seconds), ``timed`` False once one came without a time; ``learned``: client habits;
+    ``volatile``: system lines seen changing (setting ``move_volatile``)."""
+
+    sent: Sent | None = None
+    client_body: Mapping[str, Any] | None = None
+    tools: ToolMemory = field(default_factory=ToolMemory)
+    routing_key: str | None = None
+    times: tuple[float, ...] = ()
+    timed: bool = True
+    learned: Learned = field(default_factory=Learned)
+    volatile: VolatileMemory = field(default_factory=VolatileMemory)
 
 
 @dataclass(slots=True)
 class ScopeMemory:
-    """State shared by the sessions of one cache scope: the first tool order and bytes seen for each
-    tool-name set (so a new session of the same agent adopts them; a copy of those two fields, for the
-    ``max_tool_sets`` most recent sets), and the OpenAI key planner."""
+    """State shared by the sessions of one cache scope: the first tool memory seen for each tool-name set (so a
+    new session of the same agent adopts its order and bytes; the ``max_tool_sets`` most recent sets), and the
+    OpenAI key planner."""
 
-    tools: dict[frozenset[str], SessionMemory] = field(default_factory=dict)
+    tools: OrderedDict[frozenset[str], ToolMemory] = field(default_factory=OrderedDict)
     max_tool_sets: int = 1024
     keys: KeyPlanner = field(default_factory=KeyPlanner)
+
+    def record(self, prepared: Prepared, fresh: bool) -> None:
+        """Count ``prepared`` as sent: its routing key's family, and its tools if it opened a session."""
+        if prepared.plan.family is not None:
+            self.keys.record(prepared.plan.family, prepared.at)
+        names = _tool_names(prepared.planned)
+        if fresh and names and names not in self.tools:
+            self.tools[names] = prepared.state.tools
+            while len(self.tools) > self.max_tool_sets:
+                self.tools.popitem(last=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """What :meth:`SessionPipeline.prepare` decided for one request.
 
-    ``body``: the wire body to send (the client's own object when nothing changed). ``original``:
-    the client's request, canonical. ``planned``: what is sent, canonical, markers included.
-    ``divergence``: ``original`` against the client's previous request (None for the first).
-    ``repairs``: causes repaired. ``markers``: block paths carrying a planned marker, with the reason
-    for each in ``marker_reasons``. ``ttl``: the TTL decision (Anthropic), else None.
-    ``unmarked``: the wire body before markers were applied (what the session remembers).
-    ``learned``: the client-habit hints this request taught, installed by ``commit``.
+    ``body``: the wire body to send (the client's own object when nothing changed). ``client``: the client's
+    request, canonical. ``planned``: what is sent, canonical, markers included. ``before``: what the session
+    sent before (None for its first request). ``divergence``: ``client`` against the client's previous request
+    (None for the first). ``repairs``: the causes repaired. ``markers``: block paths given a marker, with the
+    reason for each in ``marker_reasons``. ``ttl``: the TTL decision (Anthropic), else None. ``at``: the
+    request's time (seconds; None when unknown). ``plan``: the target's decisions. ``state``: the session's
+    state once this request was sent (installed by :meth:`SessionPipeline.commit`).
     """
 
     body: dict[str, Any]
-    original: CanonicalRequest
+    client: CanonicalRequest
     planned: CanonicalRequest
+    before: CanonicalRequest | None
     divergence: Divergence | None
-    repairs: tuple[str, ...]
+    repairs: tuple[Cause, ...]
     markers: tuple[str, ...]
-    marker_reasons: tuple[str, ...] = ()
-    ttl: TTLDecision | None = None
-    unmarked: dict[str, Any] | None = None
-    at: float | None = None
-    learned: Learned | None = None
-
-
-class Learned(NamedTuple):
-    """Client-habit hints after a request (see ``SessionPipeline._learn``); installed on commit."""
-
-    edit_points: tuple[int, ...]
-    ephemeral_tail: int
-    rewrite_at: int | None
+    marker_reasons: tuple[str, ...]
+    ttl: TTLDecision | None
+    at: float | None
+    plan: TargetPlan
+    state: PipelineState
 
 
 def _tool_names(req: CanonicalRequest) -> frozenset[str]:
-    return frozenset(b.name or "" for b in req.blocks if b.section == "tool")
+    head = req.blocks[: req.msg_start[0]] if req.messages else req.blocks
+    return frozenset(b.name or "" for b in head if b.section == "tool")
+
+
+def learn(old: Learned, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> Learned:
+    """The client habits after the repaired request ``new``, given how it relates to the last sent ``prev``."""
+    if div.cause is None or div.cause in REPAIRABLE_BREAKS:
+        return old  # same meaning: nothing to learn about the client
+    edits, tail, rewrite = list(old.edit_points), 0, old.rewrite_at
+    before = prev.blocks[div.shared_blocks]
+    if before.message is not None and before.message == prev.messages - 1 and new.messages > prev.messages:
+        # The client dropped trailing blocks of its last message and went on: they are ephemeral.
+        tail = sum(1 for b in prev.blocks[div.shared_blocks :] if not b.is_option)
+    if div.cause == MESSAGES_EDITED and before.message is not None:
+        edits.append(before.message)
+        growth = max(1, new.messages - prev.messages)
+        stride = edits[-1] - edits[-2] if len(edits) > 1 else growth
+        rewrite = before.message + stride if stride > 0 else None
+    return Learned(tuple(edits[-32:]), tail, rewrite)
 
 
 class SessionPipeline:
-    """One session's pipeline.
+    """One session's pipeline (see the module docstring).
 
-    ``provider`` decides the policies (``anthropic``: breakpoints and TTL; ``openai``: routing key).
-    ``model`` overrides the request's model for the provider rules. ``lineage``: the root session of
-    a subagent tree (defaults to ``session``); subagents share its OpenAI key. ``apply_markers``:
-    write planned markers onto Anthropic wire bodies (audit only needs them on the canonical form).
+    ``target``: a :class:`~agentcache.targets.Target` or its name (``anthropic``, ``openai``, ``engine``...).
+    ``scope``: the cache scope's shared memory. ``settings``: default the process settings. ``session`` /
+    ``lineage``: the session id and its root (subagents share the root's routing key). ``model``: rules as this
+    model (with a target name only).
     """
 
     def __init__(
         self,
-        provider: str,
-        model: str | None = None,
+        target: Target | str,
+        *,
         scope: ScopeMemory | None = None,
-        apply_markers: bool = True,
         settings: Settings | None = None,
         session: str = "",
         lineage: str | None = None,
-    ):
-        self.provider = provider
-        self.model = model
+        model: str | None = None,
+    ) -> None:
+        self.target = target_named(target, model=model)
         self.scope = scope if scope is not None else ScopeMemory()
-        self.apply_markers = apply_markers
         self.settings = settings or get_settings()
         self.session = session
         self.lineage = lineage or session
-        self.memory = SessionMemory()
+        self.state = PipelineState()
         self.cache = BlockCache()
-        self.last_original: CanonicalRequest | None = None
-        self.times: list[float] = []
-        self.timed = True
-        self.edit_points: list[int] = []
-        self.ephemeral_tail = 0
-        self.rewrite_at: int | None = None
-        self.routing_key: str | None = None
-        self.volatile = VolatileMemory()
 
-    # ---- learning from the client's own history ------------------------------------------------
+    @property
+    def sent(self) -> CanonicalRequest | None:
+        """What the session sent last, canonical (None before its first request)."""
+        return self.state.sent.request if self.state.sent is not None else None
 
-    def _learn(self, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> Learned:
-        """The hints after the repaired request ``new``, given how it relates to the last sent ``prev``.
-        Pure: :meth:`commit` installs them, so a request that is never sent teaches nothing."""
-        edits, tail, rewrite = list(self.edit_points), 0, self.rewrite_at
-        if div.cause is None or div.cause in C.REPAIRABLE_BREAKS:
-            return Learned(tuple(edits), tail, rewrite)  # same meaning: nothing to learn about the client
-        old = prev.blocks[div.shared_blocks]
-        last_msg = max((b.message for b in prev.blocks if b.message is not None), default=None)
-        n_new = len({b.message for b in new.blocks if b.message is not None})
-        n_old = len({b.message for b in prev.blocks if b.message is not None})
-        if old.message is not None and old.message == last_msg and n_new > n_old:
-            # The client dropped trailing blocks of its last message and went on: they are ephemeral.
-            tail = sum(1 for b in prev.blocks[div.shared_blocks :] if not b.is_option)
-        if div.cause == C.MESSAGES_EDITED and old.message is not None:
-            edits.append(old.message)
-            growth = max(1, n_new - n_old)
-            stride = edits[-1] - edits[-2] if len(edits) > 1 else growth
-            rewrite = old.message + stride if stride > 0 else None
-        return Learned(tuple(edits), tail, rewrite)
-
-    def _routing_key(self, req: CanonicalRequest, now: float | None) -> str:
-        """This session's ``prompt_cache_key``: fixed once chosen, so the session stays where its
-        history lives; later requests still count towards the family's rate."""
-        end = static_end(req)
-        family = (req.chain[end - 1] if end else b"").hex()
-        key = self.scope.keys.key(family, self.lineage, now)
-        if self.routing_key is None:
-            self.routing_key = key
-        return self.routing_key
-
-    # ---- the pipeline ------------------------------------------------------------------------
+    @property
+    def sent_body(self) -> Mapping[str, Any] | None:
+        """The wire body the session sent last."""
+        return self.state.sent.body if self.state.sent is not None else None
 
     def prepare(
         self,
-        api: str,
+        api: Api | str,
         body: dict[str, Any],
-        original: CanonicalRequest | None = None,
+        *,
         now: float | None = None,
         raw: RawBody | None = None,
+        routing_key: str | None = None,
     ) -> Prepared:
-        """Plan the request sent at ``now`` (seconds; None when unknown). ``original``: ``body`` already
-        canonicalized with this session's cache (after ``self.cache.begin()``). ``raw``: the source texts of
-        ``body`` when it was parsed by :func:`agentcache.model._rawjson.loads` (unchanged units are then keyed by
-        their text, not encoded). Raises InputError for a malformed body (the caller fails open)."""
-        if original is None:
-            self.cache.begin(raw)
-        orig = original if original is not None else canonicalize(api, body, cache=self.cache)
-        div = diagnose(self.last_original, orig) if self.last_original is not None else None
-        client = orig
-        if self.settings.move_volatile and api == "anthropic.messages":
-            moved = move_volatile(body, self.volatile)
-            if moved is not body:
-                body, orig = moved, canonicalize(api, moved, cache=self.cache)
-        if self.memory.sent is None:
-            first = self.scope.tools.get(_tool_names(orig))
-            if first is not None and _tool_names(orig):
-                self.memory.tool_order = list(first.tool_order)
-                self.memory.tool_units = dict(first.tool_units)
-        repair = plan_repairs(self.memory, orig, body, self.last_original)
-        wire = apply(api, body, repair.plan) if not repair.plan.empty else body
-        rep = canonicalize(api, wire, cache=self.cache) if wire is not body else orig
-        if (
-            self.provider == "openai"
-            and api != "anthropic.messages"
-            and self.settings.openai_cache_key == "lineage"
-            and not orig.cache_key
-        ):
-            key = self._routing_key(rep, now)
-            wire = apply(api, wire, WirePlan(cache_key=key))
-            rep = replace(rep, cache_key=key)
-        learned = Learned(tuple(self.edit_points), self.ephemeral_tail, self.rewrite_at)
-        if self.memory.sent is not None:
-            # Learn from the repaired request against what was sent, so the lesson does not depend on
-            # whether the client's bytes needed repairs (planning twice gives the same plan).
-            learned = self._learn(self.memory.sent, rep, diagnose(self.memory.sent, rep))
-        planned, unmarked = rep, wire
-        marks: tuple[str, ...] = ()
-        reasons: tuple[str, ...] = ()
-        ttl: TTLDecision | None = None
-        if self.provider == "openai" and api != "anthropic.messages":
-            orules = openai_rules(self.model or rep.model)
-            if orules.breakpoints:
-                hints = PlanHints(learned.ephemeral_tail, learned.rewrite_at, "30m", self.settings.markers)
-                bp = plan_openai_breakpoints(rep, hints, orules.max_explicit_with_implicit)
-                planned = with_markers(rep, bp.markers)
-                marks = tuple(rep.blocks[i].path for i in bp.markers)
-                reasons = tuple(bp.reasons[i] for i in bp.markers)
-                if self.apply_markers:
-                    wire = apply(api, wire, WirePlan(markers=tuple((p, "30m") for p in marks)))
-                    if _reshaped(rep, bp.markers):
-                        planned = canonicalize(api, wire, cache=self.cache)
-        if self.provider == "anthropic":
-            rules = anthropic_rules(self.model or rep.model)
-            shared = common_prefix(self.memory.sent, rep) if self.memory.sent is not None else 0
-            cached = rep.tokens_before(shared)
-            gaps = None
-            if self.timed and now is not None and self.times:
-                gaps = [b - a for a, b in zip([*self.times, now], [*self.times, now][1:], strict=False)]
-            ttl = choose_ttl(gaps, cached, rep.tokens - cached, rules, self.settings.ttl_policy)
-            hints = PlanHints(learned.ephemeral_tail, learned.rewrite_at, ttl.ttl, self.settings.markers)
-            bp = plan_breakpoints(rep, self.memory.sent, rules, hints)
-            planned = with_markers(rep, bp.markers, bp.top)
-            marks = tuple(rep.blocks[i].path for i in bp.markers)
-            reasons = tuple(bp.reasons[i] for i in bp.markers)
-            if self.apply_markers and api == "anthropic.messages":
-                wire = apply(
-                    api,
-                    wire,
-                    WirePlan(
-                        markers=tuple((p, m.ttl) for p, m in zip(marks, bp.markers.values(), strict=True)),
-                        top_marker=False,
-                    ),
-                )
-                # A marker on a string turns it into a text block: re-read what is really sent. Otherwise
-                # markers are not content and the planned request already is what is sent.
-                planned = (
-                    canonicalize(api, wire, cache=self.cache)
-                    if _reshaped(rep, bp.markers)
-                    else with_markers(rep, bp.markers)
-                )
-        return Prepared(wire, client, planned, div, repair.repaired, marks, reasons, ttl, unmarked, now, learned)
+        """Plan the request sent at ``now`` (seconds; None when unknown). ``raw``: the source texts of ``body``
+        when it was parsed by :func:`agentcache.model.loads` (its unchanged units are then keyed by their text).
+        ``routing_key``: the key the session's lineage already carries. Pure; raises InputError for a malformed
+        body (the caller then sends the original request unchanged)."""
+        api = Api(api)
+        st = self.state
+        self.cache.begin(raw)
+        client = canonicalize(api, body, cache=self.cache)
+        last = st.sent
+        div = diagnose(last.client, client) if last is not None and last.client is not None else None
+        work_body, work, volatile = body, client, st.volatile
+        if self.settings.move_volatile and api == Api.ANTHROPIC_MESSAGES:
+            moved, volatile = move_volatile(body, st.volatile)
+            if moved is not body:  # opt-in, and it changes the prompt: read the moved body too
+                work_body, work = moved, canonicalize(api, moved, cache=self.cache)
+        tools = st.tools
+        if last is None:
+            tools = self.scope.tools.get(_tool_names(work)) or tools
+        repair = plan_repairs(work, work_body, last, tools)
+        rep = repaired_request(work, repair, (last.request,) if last is not None else ())
+        learned = st.learned
+        if last is not None and div is not None and div.cause is not None:
+            learned = learn(st.learned, last.request, rep, diagnose(last.request, rep))
+        key = st.routing_key or routing_key
+        inp = PlanInput(
+            api,
+            rep,
+            last.request if last is not None else None,
+            self.settings,
+            now,
+            st.times,
+            st.timed,
+            learned.ephemeral_tail,
+            learned.rewrite_at,
+            key,
+            self.lineage,
+            self.scope.keys,
+            bool(repair.plan.replace) or repair.plan.tool_order is not None,
+        )
+        tplan = self.target.plan(inp)
+        plan = repair.plan.merged(tplan.wire)
+        if plan.markers is not None:
+            marked = {m for i in rep.marked if (m := rep.blocks[i].message) is not None}
+            plan = replace(plan, marked=frozenset(marked) | _replaced(repair))
+        wire = apply(api, work_body, plan) if not plan.empty else work_body
+        planned = self._planned(api, rep, tplan, wire)
+        state = PipelineState(
+            Sent(planned, wire, client, _forms(repair, rep, planned, tplan), _cache_key(last, planned)),
+            None if wire is body else body,
+            tools.after(planned, last.request if last is not None else None),
+            key or tplan.routing_key,
+            (*st.times[-31:], now) if now is not None else st.times,
+            st.timed and now is not None,
+            learned,
+            volatile,
+        )
+        return Prepared(
+            wire,
+            client,
+            planned,
+            last.request if last is not None else None,
+            div,
+            repair.repaired,
+            tplan.paths,
+            tplan.reasons,
+            tplan.ttl,
+            now,
+            tplan,
+            state,
+        )
 
-    def keep_warm(self, expected_gap: float | None = None) -> KeepWarmDecision | None:
-        """Whether keep-warm requests should bridge the next gap (Anthropic; None when there is
-        nothing cached or no gap to expect). ``expected_gap`` in seconds defaults to the median of the
-        session's past gaps longer than 5 minutes. The proxy and wrappers act on it (setting
-        ``keep_warm``), sending :meth:`keep_warm_body` at ``first_at`` and every ``interval`` seconds."""
-        if self.provider != "anthropic" or self.memory.sent is None:
-            return None
-        sent = self.memory.sent
-        rules = anthropic_rules(self.model or sent.model)
-        if expected_gap is None:
-            gaps = [b - a for a, b in zip(self.times, self.times[1:], strict=False)]
-            long = sorted(g for g in gaps if g > rules.ttl_5m_seconds)
-            if not long:
-                return None
-            expected_gap = long[len(long) // 2]
-        marks = sent.markers()
-        if not marks:
-            return None
-        ttl = rules.ttl_1h_seconds if marks[-1][1].ttl == "1h" else rules.ttl_5m_seconds
-        return plan_keep_warm(expected_gap, ttl, sent.tokens_before(marks[-1][0] + 1), rules)
-
-    def keep_warm_body(self) -> dict[str, Any] | None:
-        """The last sent request as a prefill-only keep-warm request (``max_tokens: 0``, Anthropic's prompt cache
-        pre-warming): it reads the cached prefix, which refreshes its TTL, and generates nothing. None when
-        nothing was sent, or when the request uses extended thinking or structured output, which a
-        ``max_tokens: 0`` request cannot carry (and dropping them would change the cached prefix)."""
-        sent = self.memory.sent_body
-        if sent is None:
-            return None
-        thinking = sent.get("thinking")
-        if isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled"):
-            return None
-        if sent.get("output_format") is not None:
-            return None
-        return {**sent, "max_tokens": 0, "stream": False}
+    def _planned(self, api: Api, rep: CanonicalRequest, tplan: TargetPlan, wire: dict[str, Any]) -> CanonicalRequest:
+        if tplan.reshapes:
+            return canonicalize(api, wire, cache=self.cache)  # a marker reshaped a string: read what is sent
+        if tplan.routing_key is not None:
+            rep = replace(rep, cache_key=tplan.routing_key)
+        return with_markers(rep, tplan.markers, tplan.top) if tplan.markers is not None else rep
 
     def commit(self, prepared: Prepared) -> None:
-        """Record ``prepared`` as sent."""
-        fresh = self.memory.sent is None
-        self.memory.remember(prepared.planned, prepared.body)
-        if prepared.learned is not None:
-            self.edit_points = list(prepared.learned.edit_points)
-            self.ephemeral_tail, self.rewrite_at = prepared.learned.ephemeral_tail, prepared.learned.rewrite_at
-        names = _tool_names(prepared.planned)
-        if fresh and names not in self.scope.tools:
-            # The tool order and bytes only, not this session's live memory (its whole last request).
-            first = SessionMemory(tool_units=dict(self.memory.tool_units), tool_order=list(self.memory.tool_order))
-            self.scope.tools[names] = first
-            while len(self.scope.tools) > self.scope.max_tool_sets:
-                del self.scope.tools[next(iter(self.scope.tools))]
-        self.last_original = prepared.original
-        if prepared.at is None:
-            self.timed = False
-        else:
-            self.times = [*self.times[-31:], prepared.at]
+        """Record ``prepared`` as sent: the session's state becomes ``prepared.state``."""
+        fresh = self.state.sent is None
+        self.state = prepared.state
+        self.scope.record(prepared, fresh)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The session's state as a JSON-ready document (see :func:`snapshot`)."""
+        return snapshot(self.state, self.target)
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        doc: Mapping[str, Any],
+        target: Target | str,
+        *,
+        scope: ScopeMemory | None = None,
+        settings: Settings | None = None,
+        session: str = "",
+        lineage: str | None = None,
+    ) -> SessionPipeline:
+        """A pipeline in the state a :meth:`snapshot` recorded: the next request is planned exactly as it would
+        have been in the pipeline that took the snapshot. Raises ValueError/KeyError/InputError for a bad
+        document."""
+        pipe = cls(target, scope=scope, settings=settings, session=session, lineage=lineage)
+        restore(pipe, doc)
+        return pipe
+
+    def keep_warm(self, expected_gap: float | None = None) -> KeepWarmDecision | None:
+        """Whether keep-warm requests should bridge the next pause (``expected_gap`` seconds; default from the
+        session's past gaps); None when nothing was sent or the target has no keep-warm (Anthropic only). The
+        proxy acts on it (setting ``keep_warm``), sending :meth:`keep_warm_body` at ``first_at`` and every
+        ``interval`` seconds."""
+        st = self.state
+        return self.target.keep_warm(st.sent.request, st.times, expected_gap) if st.sent is not None else None
+
+    def keep_warm_body(self) -> dict[str, Any] | None:
+        """The last sent request as a prefill-only keep-warm request, or None (nothing sent, or not possible)."""
+        return self.target.keep_warm_body(self.state.sent.body) if self.state.sent is not None else None
 
 
-def _reshaped(req: CanonicalRequest, marked: Mapping[int, object]) -> bool:
-    """True when writing markers on blocks ``marked`` changes the request's content: a marker on a string
-    unit (a JSON string, not an object) turns it into a one-element list of text blocks."""
-    return any(req.blocks[i].data[:1] == b'"' for i in marked)
+def _replaced(repair: RepairPlan) -> frozenset[int]:
+    """Messages re-sent in an earlier form: the marker writer visits them (they may carry old markers)."""
+    return frozenset(repair.messages)
+
+
+def _forms(
+    repair: RepairPlan, rep: CanonicalRequest, planned: CanonicalRequest, tplan: TargetPlan
+) -> dict[int, tuple[Any, ...]]:
+    """Message index → the blocks sent for it (unmarked), wherever they differ from the client's: the earlier
+    forms the repairs re-sent, and the strings a marker turned into text blocks."""
+    forms: dict[int, tuple[Any, ...]] = dict(repair.messages)
+    if tplan.reshapes and tplan.markers is not None:
+        for i in tplan.markers:
+            k = rep.blocks[i].message
+            if k is not None and rep.blocks[i].data[:1] == b'"' and k < planned.messages:
+                forms[k] = unmarked(planned.blocks[slice(*planned.message_span(k))])
+    return forms
+
+
+def _cache_key(last: Sent | None, planned: CanonicalRequest) -> str | None:
+    """The first routing key the session sent (a key that changes per request is restored to it)."""
+    if last is not None and last.cache_key is not None:
+        return last.cache_key
+    return planned.cache_key
+
+
+SNAPSHOT_VERSION = 1
+
+
+def snapshot(st: PipelineState, target: Target) -> dict[str, Any]:
+    """A session state as a JSON-ready document (:meth:`SessionPipeline.from_snapshot` rebuilds it): the target,
+    the last sent body and the client's own (when it differs), the re-sent forms, tool memory, routing key, times,
+    learned habits and volatile lines. Canonical requests are not stored: they are derived from the bodies."""
+    doc: dict[str, Any] = {"v": SNAPSHOT_VERSION, "target": target.engine.value if target.engine else target.name}
+    if st.sent is not None:
+        doc.update(
+            api=str(st.sent.request.api),
+            sent=st.sent.body,
+            client=st.client_body,
+            forms=sorted(st.sent.forms),
+            cache_key=st.sent.cache_key,
+        )
+    doc.update(
+        tools=list(st.tools.units.values()),
+        tool_order=list(st.tools.order),
+        routing_key=st.routing_key,
+        times=list(st.times),
+        timed=st.timed,
+        learned=[list(st.learned.edit_points), st.learned.ephemeral_tail, st.learned.rewrite_at],
+        volatile=[
+            sorted(st.volatile.patterns),
+            [list(x) for x in st.volatile.last_lines],
+            list(st.volatile.moved.items()),
+        ],
+    )
+    return doc
+
+
+def restore(pipe: SessionPipeline, doc: Mapping[str, Any]) -> None:
+    """Install the state of a :func:`snapshot` document into a fresh ``pipe``. Raises KeyError/ValueError/InputError
+    for a document that is not one (the caller then starts the session over)."""
+    if doc.get("v") != SNAPSHOT_VERSION:
+        raise ValueError(f"unknown snapshot version {doc.get('v')!r}")
+    sent: Sent | None = None
+    tools = ToolMemory()
+    if doc.get("sent") is not None:
+        api = Api(doc["api"])
+        pipe.cache.begin()
+        request = canonicalize(api, doc["sent"], cache=pipe.cache)
+        client_body = doc.get("client")
+        client = canonicalize(api, client_body, cache=pipe.cache) if client_body is not None else request
+        forms = {
+            int(k): unmarked(request.blocks[slice(*request.message_span(int(k)))])
+            for k in doc.get("forms", ())
+            if int(k) < request.messages
+        }
+        sent = Sent(request, doc["sent"], client, forms, doc.get("cache_key"))
+        units = list(doc.get("tools") or ())
+        if units:
+            shell = {"model": request.model, "tools": units, "input" if api == Api.OPENAI_RESPONSES else "messages": []}
+            blocks = [b for b in canonicalize(api, shell).blocks if b.section == "tool"]
+            tools = ToolMemory(
+                {value_digest(b): u for b, u in zip(blocks, units, strict=True)},
+                {value_digest(b): b for b in blocks},
+                tuple(doc.get("tool_order") or ()),
+            )
+    edits, tail, rewrite = doc.get("learned") or ((), 0, None)
+    patterns, lines, moved = doc.get("volatile") or ((), (), ())
+    pipe.state = PipelineState(
+        sent,
+        doc.get("client") if sent is not None else None,
+        tools,
+        doc.get("routing_key"),
+        tuple(float(t) for t in doc.get("times") or ()),
+        bool(doc.get("timed", True)),
+        Learned(tuple(int(e) for e in edits), int(tail), None if rewrite is None else int(rewrite)),
+        VolatileMemory(frozenset(patterns), tuple(tuple(x) for x in lines), {int(k): str(v) for k, v in moved}),
+    )

@@ -5,9 +5,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import threading
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,32 +43,47 @@ def _origin(url: str | None) -> str | None:
 
 
 class SGLangSink:
-    """Session-aware caching on SGLang (0.5.23, ``--enable-session-radix-cache``).
+    """Session-aware caching on SGLang (0.5.23, ``--enable-session-radix-cache``): the one SGLang lifecycle path,
+    used by the SDK wrappers, the proxy and ``replay`` alike.
 
     ``annotate`` adds a stable top-level ``session_id`` to every request bound for this server (its
     ``scheme://host:port`` equals ``base_url``'s); one id per generation (``<session_id>`` for
     generation 0, ``<session_id>:g<n>`` after), since SGLang tombstones a closed id. On ``close`` it
     sends ``POST {base_url}/close_session {"session_id"}`` for every id it annotated, so SGLang
-    releases the session's references. Posts run on one background thread with ``timeout``
-    seconds each; errors are logged and dropped (fail open). ``flush()`` waits for pending posts;
-    ``shutdown()`` flushes and stops the thread. ``transport``: an httpx transport (tests).
+    releases the session's references. Errors are logged and dropped (fail open).
+
+    Posting: by default on one background thread with an httpx client (``timeout`` seconds each; ``transport``:
+    an httpx transport, for tests); ``flush()`` waits for pending posts, ``shutdown()`` flushes and stops the
+    thread. Async code passes ``post``, a coroutine function ``post(path, json) -> status code`` (the proxy's
+    upstream client), and posts become tasks on the running loop; ``aflush()`` awaits them.
     ``max_tracked``: ids remembered for closing (oldest dropped first).
     """
 
     def __init__(
-        self, base_url: str, *, timeout: float = 2.0, transport: Any = None, max_tracked: int = 65_536
+        self,
+        base_url: str,
+        *,
+        timeout: float = 2.0,
+        transport: Any = None,
+        max_tracked: int = 65_536,
+        post: Callable[[str, dict[str, Any]], Awaitable[int]] | None = None,
     ) -> None:
-        httpx = _optional("httpx", "SGLangSink")
         root = str(base_url).rstrip("/")
         if root.endswith("/v1"):
             root = root[:-3]
         self.base_url = root
         self._origin = _origin(root)
-        self._client = httpx.Client(base_url=root, timeout=timeout, transport=transport, trust_env=False)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcache-sglang")
+        self._post = post
+        self._client: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+        if post is None:
+            httpx = _optional("httpx", "SGLangSink")
+            self._client = httpx.Client(base_url=root, timeout=timeout, transport=transport, trust_env=False)
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentcache-sglang")
         self._lock = threading.Lock()
         self._tracked: OrderedDict[str, None] = OrderedDict()
         self._pending: set[Future[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.max_tracked = max_tracked
 
     @staticmethod
@@ -94,6 +111,12 @@ class SGLangSink:
         with self._lock:
             if self._tracked.pop(sid, False) is False:
                 return
+            if self._post is not None:
+                task = asyncio.get_running_loop().create_task(self._apost_close(sid))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return
+            assert self._pool is not None
             future = self._pool.submit(self._post_close, sid)
             self._pending.add(future)
         future.add_done_callback(self._done)
@@ -110,16 +133,34 @@ class SGLangSink:
         except Exception as exc:  # fail open: the engine just keeps the references until eviction
             log.warning("sglang.close_session_failed", session_id=sid, error=type(exc).__name__, detail=str(exc))
 
+    async def _apost_close(self, sid: str) -> None:
+        assert self._post is not None
+        try:
+            status = await self._post("/close_session", {"session_id": sid})
+            if status >= 400:
+                log.warning("sglang.close_session_failed", session_id=sid, status=status)
+        except Exception as exc:  # fail open: the engine just keeps the references until eviction
+            log.warning("sglang.close_session_failed", session_id=sid, error=type(exc).__name__, detail=str(exc))
+
     def flush(self, timeout: float | None = None) -> None:
-        """Wait up to ``timeout`` seconds for pending ``/close_session`` posts."""
+        """Wait up to ``timeout`` seconds for pending ``/close_session`` posts (thread mode)."""
         with self._lock:
             pending = set(self._pending)
         wait(pending, timeout=timeout)
 
+    async def aflush(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds for pending ``/close_session`` posts (both modes)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+        if self._pending:
+            await asyncio.get_running_loop().run_in_executor(None, self.flush, timeout)
+
     def shutdown(self) -> None:
-        """Flush, stop the worker thread and close the HTTP client."""
-        self._pool.shutdown(wait=True)
-        self._client.close()
+        """Flush, stop the worker thread and close the HTTP client (thread mode)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if self._client is not None:
+            self._client.close()
 
 
 class PrometheusSink:

