@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from agentcache._exceptions import ConfigError
-from agentcache.model._canonical import BlockCache, CanonicalRequest
+from agentcache.model._canonical import Block, BlockCache, CanonicalRequest, Marker
 from agentcache.model._plan import WirePlan
 from agentcache.model._tokens import TokenCounter
 
@@ -45,6 +45,12 @@ def canonicalize(
     return result
 
 
+def reshaped(api: str, block: Block, marker: Marker | None) -> Block:
+    """The canonical block of the string unit ``block`` of ``api`` once a marker turned it into a text block."""
+    result: Block = adapter_for(api).reshaped(block, marker)
+    return result
+
+
 def apply(api: str, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
     """A new wire body with ``plan`` applied; ``body`` itself is never mutated."""
     mod = adapter_for(api)
@@ -52,4 +58,4 @@ def apply(api: str, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
     return result
 
 
-__all__ = ["WirePlan", "adapter_for", "apply", "canonicalize"]
+__all__ = ["WirePlan", "adapter_for", "apply", "canonicalize", "reshaped"]

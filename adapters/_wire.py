@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentcache._exceptions import InputError
-from agentcache.model._canonical import Marker
+from agentcache.model._canonical import Block, Marker, digest, dumps
 from agentcache.model._plan import KEEP, MarkerSpec, WirePlan
+from agentcache.model._tokens import default_counter
 
 _TOKEN = re.compile(r"([A-Za-z_]+)|\[(\d+)\]")
 
 
+@functools.lru_cache(maxsize=8192)
+def _parse(path: str) -> tuple[str | int, ...]:
+    return tuple(name if name else int(idx) for name, idx in _TOKEN.findall(path))
+
+
 def parse_path(path: str) -> list[str | int]:
-    """``"messages[5].content[0]"`` → ``["messages", 5, "content", 0]``."""
-    return [name if name else int(idx) for name, idx in _TOKEN.findall(path)]
+    """``"messages[5].content[0]"`` → ``["messages", 5, "content", 0]`` (memoised: paths repeat every turn)."""
+    return list(_parse(path))
 
 
 def set_path(root: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -187,6 +195,20 @@ def write_markers(
     if want:
         raise InputError(f"marker paths not in body: {sorted(want)}")
     return out
+
+
+def as_text_block(block: Block, text_type: str, marker: Marker | None) -> Block:
+    """The canonical block of a string unit once :func:`write_markers` turned it into a one-element list of
+    ``{"type": text_type, "text": ...}`` carrying ``marker``: what reading the sent body again would give, without
+    reading it (the block's path gets ``[0]``; tokens counted on the same text, memoised by the new digest)."""
+    text = json.loads(block.data)
+    data = dumps({"type": text_type, "text": text})
+    d = digest(block.env, data)
+    tokens = default_counter().count(d, text)
+    return Block(
+        f"{block.path}[0]", block.section, "text", data, block.env, d, tokens, block.message, block.name, marker,
+        text == "",
+    )  # fmt: skip
 
 
 def _marker_value(spec: MarkerSpec, value: Callable[[str], Any]) -> Any:

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from agentcache._exceptions import InputError
-from agentcache.model._canonical import BlockCache, Builder, CanonicalRequest, dumps
+from agentcache.model._canonical import Block, BlockCache, Builder, CanonicalRequest, Marker, dumps
 from agentcache.model._causes import Section
 from agentcache.model._plan import MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
 
 from ._wire import (
     apply_common,
+    as_text_block,
     content_units,
     require_content,
     require_dict,
@@ -50,7 +51,9 @@ def canonicalize(
     if isinstance(items, str):
         b.add("input", "message", items, env=dumps({"role": "user"}), message=0)
     elif isinstance(items, list):
-        for i, item in enumerate(items):
+        done = b.reuse_items("input", items)
+        for i in range(done, len(items)):
+            item = items[i]
             if (key := b.reuse(i, item)) is None:
                 continue
             if not isinstance(item, dict):
@@ -90,3 +93,9 @@ def set_markers(
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
     """A new body with ``plan`` applied."""
     return apply_common(body, plan, set_markers)
+
+
+def reshaped(block: Block, marker: Marker | None) -> Block:
+    """The canonical block of string unit ``block`` after a marker turned it into a text block (see
+    :func:`~agentcache.adapters._wire.as_text_block`)."""
+    return as_text_block(block, "input_text", marker)

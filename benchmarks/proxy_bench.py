@@ -36,6 +36,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -275,9 +276,11 @@ def _wait(port: int, timeout: float = 120.0) -> None:
     raise RuntimeError(f"nothing listening on {port} after {timeout}s")
 
 
-def _start(argv: list[str], port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _start(
+    argv: list[str], port: int, env: dict[str, str] | None = None, cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd
     )
     _wait(port)
     return proc
@@ -285,11 +288,16 @@ def _start(argv: list[str], port: int, env: dict[str, str] | None = None) -> sub
 
 def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, float]]:
     """In-process cost (ms) of the proxy's per-request steps before the upstream call, on the same bodies:
-    parse with source texts, session-inference checkpoints, ``SessionPipeline.prepare``, the spliced upstream
-    body, ``commit``. Medians and means over every turn of ``sessions`` conversations (the first 10 warm up)."""
-    from agentcache.model._rawjson import dumps_spliced, loads
-    from agentcache.proxy._sessions import checkpoints_of
-    from agentcache.session._pipeline import SessionPipeline
+    parse with source texts, session-inference checkpoints, the pipeline's ``prepare``, the spliced upstream body,
+    ``commit``. Medians and means over every turn of ``sessions`` conversations (the first 10 warm up). Runs on
+    this checkout's agentcache, or on an older one (``--baseline``: the same steps under their former names)."""
+    try:
+        from agentcache.model._rawjson import dumps_spliced, loads
+        from agentcache.session import SessionPipeline, checkpoints_of
+    except ImportError:  # an agentcache from before the session core (one run measures both side by side)
+        from agentcache._pipeline import SessionPipeline  # type: ignore[no-redef]
+        from agentcache._rawjson import dumps_spliced, loads  # type: ignore[no-redef]
+        from agentcache.proxy._sessions import checkpoints_of  # type: ignore[no-redef]
 
     steps: dict[str, list[float]] = {k: [] for k in ("parse", "checkpoints", "prepare", "body", "commit", "total")}
     for n in range(sessions):
@@ -334,9 +342,17 @@ def main() -> None:
     parser.add_argument("--litellm", help="the litellm executable (default: on PATH, else /tmp/litellm-venv)")
     parser.add_argument("--memory", action="store_true", help="also 20,000 requests over 2,000 sessions: RSS")
     parser.add_argument("--json", type=Path, help="write every figure as JSON")
+    parser.add_argument(
+        "--baseline",
+        help="python of another agentcache checkout (its own venv): its proxy and step breakdown run beside these",
+    )
+    parser.add_argument("--breakdown-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
+        return
+    if args.breakdown_only:
+        print(json.dumps(breakdown(Conversations())))
         return
     up_port, ac_port, ll_port = _free_port(), _free_port(), _free_port()
     procs: list[subprocess.Popen[bytes]] = []
@@ -353,6 +369,16 @@ def main() -> None:
             "agentcache relay": (ac_port, "/relay/v1/messages"),
             "agentcache": (ac_port, "/v1/messages"),
         }
+        if args.baseline:
+            base_port = _free_port()
+            procs.append(_start(
+                [args.baseline, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up_port}",
+                 "--port", str(base_port)],
+                base_port,
+                cwd=tempfile.gettempdir(),  # not this checkout: ``-m agentcache`` must find the baseline's package
+            ))  # fmt: skip
+            targets["baseline relay"] = (base_port, "/relay/v1/messages")
+            targets["baseline"] = (base_port, "/v1/messages")
         exe = _litellm(args.litellm)
         if exe:
             env = {"ANTHROPIC_API_BASE": f"http://127.0.0.1:{up_port}", "ANTHROPIC_API_KEY": "sk-fake",
@@ -362,6 +388,9 @@ def main() -> None:
         convs = Conversations()
         results: dict[str, Any] = {"body_bytes": len(convs.session(0)[0]), "levels": {}}
         results["breakdown"] = breakdown(Conversations())
+        if args.baseline:
+            out = subprocess.run([args.baseline, __file__, "--breakdown-only"], capture_output=True, check=True)
+            results["baseline_breakdown"] = json.loads(out.stdout)
         for streams, per in ((1, 60 if args.quick else 300), (64, 4 if args.quick else 20)):
             level: dict[str, Any] = {}
             for name, (port, path) in targets.items():
@@ -397,6 +426,10 @@ def _markdown(r: dict[str, Any]) -> str:
                 f"| {streams} | {name} | {m['n']} | {m['errors']} | {m['ttfb']['p50']:.2f} | {m['ttfb']['p99']:.2f} | "
                 f"{m['total']['p50']:.2f} | {m['total']['p99']:.2f} | {added} |"
             )
+        if "baseline" in level:
+            ours = level["agentcache"]["total"]["p50"] - d["total"]["p50"]
+            theirs = level["baseline"]["total"]["p50"] - d["total"]["p50"]
+            lines.append(f"| {streams} | agentcache added / baseline added | | | | | | | p50 {ours / theirs:.2f} | |")
         if "litellm" in level:
             a, ll = level["agentcache"], level["litellm"]
             ratios = []
@@ -410,7 +443,19 @@ def _markdown(r: dict[str, Any]) -> str:
     if "breakdown" in r:
         lines += ["", "agentcache's steps before the upstream call, in process on the same bodies (ms):", "",
                   "| step | p50 | mean |", "|---|---:|---:|"]  # fmt: skip
-        lines += [f"| {k} | {v['p50']:.3f} | {v['mean']:.3f} |" for k, v in r["breakdown"].items()]
+        if "baseline_breakdown" in r:
+            lines[-2:] = [
+                "| step | p50 | mean | baseline p50 | baseline mean | ratio (p50) |",
+                "|---|---:|---:|---:|---:|---:|",
+            ]
+            base = r["baseline_breakdown"]
+            lines += [
+                f"| {k} | {v['p50']:.3f} | {v['mean']:.3f} | {base[k]['p50']:.3f} | {base[k]['mean']:.3f} | "
+                f"{v['p50'] / base[k]['p50']:.2f} |"
+                for k, v in r["breakdown"].items()
+            ]
+        else:
+            lines += [f"| {k} | {v['p50']:.3f} | {v['mean']:.3f} |" for k, v in r["breakdown"].items()]
     if "memory_kb" in r:
         steps = " → ".join(f"{kb / 1024:.0f}" for kb in r["memory_kb"])
         lines.append(

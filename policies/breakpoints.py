@@ -110,7 +110,7 @@ def plan_breakpoints(
     candidates += [(i, "client") for i in sorted(client, reverse=True) if eligible(req, i)]
     system = _last_eligible(req, end)
     candidates.append((system, "system"))
-    last_tool = max((i for i, b in enumerate(req.blocks) if b.section == "tool"), default=None)
+    last_tool = max((i for i, b in enumerate(req.head) if b.section == "tool"), default=None)
     candidates.append((last_tool if last_tool is not None and eligible(req, last_tool) else None, "tools"))
     if shared < end:  # the static prefix changed since the last turn: keep what precedes the change
         candidates.append((_last_eligible(req, shared), "stable"))

@@ -119,8 +119,9 @@ def _tau_bodies() -> list[bytes]:
 
 
 def test_pipeline_with_source_texts_plans_exactly_as_without() -> None:
-    """The same real session through two pipelines, one given the source texts: identical plans and bodies,
-    and the one with texts encodes no unchanged message to key it (its cache hits are the same)."""
+    """The same real session through two pipelines, one given the source texts: identical plans and bodies; the
+    one with texts re-uses the unchanged history at once (one comparison of the message list's source text), the
+    other message by message (block-cache hits)."""
     with_texts, without = SessionPipeline("openai"), SessionPipeline("openai")
     now = time.time()
     for k, raw in enumerate(_tau_bodies()):
@@ -133,4 +134,4 @@ def test_pipeline_with_source_texts_plans_exactly_as_without() -> None:
         assert json.loads(dumps_spliced(a.body, texts)) == b.body
         with_texts.commit(a)
         without.commit(b)
-    assert with_texts.cache.hits == without.cache.hits > 0
+    assert without.cache.hits > with_texts.cache.hits and "messages" in with_texts.cache.runs

@@ -16,7 +16,7 @@ earlier form only when that form has the same blocks, so the client's markers ke
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..model._canonical import Block, CanonicalRequest, common_prefix, rebuild, unmarked, value_digest
@@ -46,8 +46,8 @@ class ToolMemory:
     def after(self, sent: CanonicalRequest, before: CanonicalRequest | None) -> ToolMemory:
         """The memory once ``sent`` went out (``before``: the request sent previously). Copies only when the
         tools changed: first-sent bytes win, the order is the one just sent."""
-        tools = [b for b in sent.blocks if b.section == "tool"]
-        if before is not None and [b.digest for b in tools] == [b.digest for b in before.blocks if b.section == "tool"]:
+        tools = [b for b in sent.head if b.section == "tool"]
+        if before is not None and [b.digest for b in tools] == [b.digest for b in before.head if b.section == "tool"]:
             return self
         units, blocks = dict(self.units), dict(self.blocks)
         for b in tools:
@@ -121,10 +121,10 @@ def _repair_tools(
     repaired: list[Cause],
     out: dict[int, Block],
 ) -> tuple[int, ...] | None:
-    tools = [b for b in canon.blocks if b.section == "tool"]
+    tools = [b for b in canon.head if b.section == "tool"]
     if not tools:
         return None
-    if last is not None and [b.digest for b in tools] == [b.digest for b in last.request.blocks if b.section == "tool"]:
+    if last is not None and [b.digest for b in tools] == [b.digest for b in last.request.head if b.section == "tool"]:
         return None  # fast path: byte-identical tools
     for i, b in enumerate(tools):
         vd = value_digest(b)
@@ -143,7 +143,7 @@ def _repair_tools(
 
 
 def _system_blocks(req: CanonicalRequest) -> list[Block]:
-    return [b for b in req.blocks if b.section == "system" and b.message is None]
+    return [b for b in req.head if b.section == "system"]
 
 
 def _repair_system(
@@ -238,7 +238,7 @@ def repaired_request(
     client's markers by position). ``refs``: requests whose chains to re-use (what the session sent)."""
     key = repair.plan.cache_key
     if not repair.tools and repair.system is None and not repair.messages and repair.plan.tool_order is None:
-        return canon if key is KEEP else replace(canon, cache_key=key)
+        return canon if key is KEEP else canon.evolve(cache_key=key)
     blocks = canon.blocks
     head_end = canon.msg_start[0] if canon.messages else len(blocks)
     head = list(blocks[:head_end])
@@ -256,6 +256,9 @@ def repaired_request(
         while hi < len(head) and head[hi].section == "system" and head[hi].message is None:
             hi += 1
         head[lo:hi] = _marked_like(repair.system, head[lo:hi])
+    if not repair.messages:  # only the head changed: the messages are the client's own blocks
+        req = rebuild(canon, [*head, *blocks[head_end:]], refs, head=len(head))
+        return req if key is KEEP else req.evolve(cache_key=key)
     out = head
     pos = head_end
     for k in sorted(repair.messages):
@@ -265,18 +268,18 @@ def repaired_request(
         pos = hi
     out += blocks[pos:]
     req = rebuild(canon, out, refs)
-    return req if key is KEEP else replace(req, cache_key=key)
+    return req if key is KEEP else req.evolve(cache_key=key)
 
 
 def _as(block: Block, path: str, client: Block) -> Block:
     """``block`` at ``path`` with ``client``'s marker (a tool keeps the client's marker where it moves)."""
     if block.path == path and block.marker == client.marker:
         return block
-    return replace(block, path=path, marker=client.marker)
+    return block.at(path, client.marker)
 
 
 def _marked_like(form: tuple[Block, ...], client: tuple[Block, ...] | list[Block]) -> tuple[Block, ...]:
     """An earlier (unmarked) form of a unit, carrying the client's current markers position by position."""
     if all(b.marker is None for b in client) or len(form) != len(client):
         return form
-    return tuple(f if c.marker is None else replace(f, marker=c.marker) for f, c in zip(form, client, strict=True))
+    return tuple(f if c.marker is None else f.with_marker(c.marker) for f, c in zip(form, client, strict=True))

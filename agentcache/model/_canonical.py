@@ -24,7 +24,7 @@ import contextlib
 import json
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from hashlib import blake2b
 from typing import Any
 
@@ -78,6 +78,20 @@ class Block:
         """True for option blocks (zero tokens, not a content block for lookback counting)."""
         return self.section == "option"
 
+    def with_marker(self, marker: Marker | None) -> Block:
+        """This block carrying ``marker`` (a copy; cheaper than ``dataclasses.replace`` on the hot path)."""
+        return Block(
+            self.path, self.section, self.kind, self.data, self.env, self.digest, self.tokens, self.message,
+            self.name, marker, self.empty,
+        )  # fmt: skip
+
+    def at(self, path: str, marker: Marker | None) -> Block:
+        """This block at ``path`` carrying ``marker`` (a tool sent in another position)."""
+        return Block(
+            path, self.section, self.kind, self.data, self.env, self.digest, self.tokens, self.message, self.name,
+            marker, self.empty,
+        )  # fmt: skip
+
     def unit(self) -> Any:
         """The wire unit as sent (markers stripped), parsed again in its original key order."""
         return json.loads(self.data)
@@ -104,7 +118,8 @@ class CanonicalRequest:
     ``top_marker`` is Anthropic's top-level ``cache_control`` (automatic caching), which takes one
     of the four breakpoint slots and lands on the last cacheable block. ``msg_start[k]`` is the index of
     the first block of message ``k`` (every message has at least one block; messages are consecutive);
-    ``marked`` the indices of the blocks that carry a marker, ascending.
+    ``marked`` the indices of the blocks that carry a marker, ascending. ``digests``: each block's digest, in
+    order (two requests share their first ``k`` blocks' bytes when their first ``k`` digests are equal).
     """
 
     api: str
@@ -118,6 +133,7 @@ class CanonicalRequest:
     extra: Mapping[str, Any] = field(default_factory=dict)
     msg_start: tuple[int, ...] = ()
     marked: tuple[int, ...] = ()
+    digests: tuple[bytes, ...] = ()
 
     @property
     def tokens(self) -> int:
@@ -128,9 +144,21 @@ class CanonicalRequest:
         """Tokens in blocks ``0..i-1``."""
         return self.cum_tokens[i - 1] if i > 0 else 0
 
+    def evolve(self, **changes: Any) -> CanonicalRequest:
+        """A copy with ``changes`` (field name → value); cheaper than ``dataclasses.replace`` on the hot path."""
+        f = {name: getattr(self, name) for name in _REQUEST_FIELDS}
+        f.update(changes)
+        return CanonicalRequest(**f)
+
     def markers(self) -> list[tuple[int, Marker]]:
         """Explicit block markers as ``(block index, marker)`` in prefix order."""
         return [(i, m) for i in self.marked if (m := self.blocks[i].marker) is not None]
+
+    @property
+    def head(self) -> tuple[Block, ...]:
+        """The blocks before the first message: options, tools and system (Anthropic's ``system``, Responses'
+        ``instructions``)."""
+        return self.blocks[: self.msg_start[0]] if self.msg_start else self.blocks
 
     @property
     def messages(self) -> int:
@@ -143,6 +171,12 @@ class CanonicalRequest:
         return lo, self.msg_start[k + 1] if k + 1 < len(self.msg_start) else len(self.blocks)
 
 
+_REQUEST_FIELDS = (
+    "api", "model", "blocks", "chain", "cum_tokens", "cache_key", "retention", "top_marker", "extra", "msg_start",
+    "marked", "digests",
+)  # fmt: skip
+
+
 class BlockCache:
     """The blocks of the units one session sent recently, keyed by (position, wire text), so a new
     turn re-uses the blocks of every unchanged message instead of rebuilding them: per-turn work is
@@ -150,7 +184,7 @@ class BlockCache:
     :func:`agentcache.model._rawjson.loads`, else by one C-level JSON encoding) plus the work on the new blocks.
     Bounded: entries no request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
 
-    __slots__ = ("_age", "_by_id", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses")
+    __slots__ = ("_age", "_by_id", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses", "runs")
 
     def __init__(self, keep: int = 4):
         self._entries: dict[tuple[str | int, str], tuple[Block, ...]] = {}
@@ -164,6 +198,10 @@ class BlockCache:
         # marked one): the next build re-uses the chain hashes and token sums of the one sharing the most
         # leading digests (the cached history), so building costs only the new blocks.
         self.last: list[CanonicalRequest] = []
+        # Per conversation field (``messages``/``input``): the source text of the last request's item list without
+        # its closing bracket, its item count, and the blocks and message starts of those items. A request whose
+        # list text starts with it re-uses them all at once (an append-only turn: one string comparison).
+        self.runs: dict[str, tuple[str, int, tuple[Block, ...], tuple[int, ...], tuple[bytes, ...], int]] = {}
         self.generation = 0
         self.hits = self.misses = 0
 
@@ -195,6 +233,10 @@ class BlockCache:
         """Remember ``blocks`` for ``key``."""
         self._entries[key] = blocks
         self._age[key] = self.generation
+
+    def raw_text(self, value: Any) -> str | None:
+        """The source text of ``value`` in the current request's body, when it has one."""
+        return self._raw.text_of(value) if self._raw is not None else None
 
     def remember(self, req: CanonicalRequest) -> None:
         """Keep ``req`` as a reference for the chains of the next builds (the three most recent)."""
@@ -238,6 +280,8 @@ class Builder:
         self._mark = 0
         self._starts: list[int] = []
         self._last_msg: int | None = None
+        self._run: tuple[str, str, int] | None = None  # (field, list text, first message block)
+        self._digests: list[bytes] = []
 
     def reuse(self, position: str | int, unit: Any) -> tuple[str | int, str] | None:
         """With a cache, re-use the blocks of ``unit`` at ``position`` when it was seen unchanged and
@@ -253,7 +297,32 @@ class Builder:
             self._starts.append(len(self._blocks))
             self._last_msg = position
         self._blocks.extend(hit)
+        self._digests.extend([b.digest for b in hit])
         return None
+
+    def reuse_items(self, field: str, items: list[Any]) -> int:
+        """With a cache, re-use the blocks of the leading items of the ``field`` list (``messages``, ``input``)
+        whose source text is exactly the last request's: returns how many (the caller goes on from there)."""
+        cache = self._cache
+        text = cache.raw_text(items) if cache is not None else None
+        if cache is None or text is None:
+            return 0
+        self._run = (field, text, len(self._blocks))
+        run = cache.runs.get(field)
+        if run is None:
+            return 0
+        prefix, count, blocks, starts, digests, base = run
+        if count > len(items) or not text.startswith(prefix):
+            return 0
+        rest = text[len(prefix) :].lstrip()
+        if not rest or rest[0] not in ",]":
+            return 0  # the last old item was only the start of a longer one
+        here = len(self._blocks)
+        self._starts.extend(starts if here == base else [s - base + here for s in starts])
+        self._blocks.extend(blocks)
+        self._digests.extend(digests)
+        self._last_msg = count - 1
+        return count
 
     def store(self, key: tuple[str | int, str]) -> None:
         """File the blocks added since :meth:`reuse` returned ``key``."""
@@ -263,9 +332,9 @@ class Builder:
     def option(self, key: str, value: Any) -> None:
         """Add an option block (zero tokens) named by its top-level key."""
         data = dumps(value)
-        self._blocks.append(
-            Block(key, "option", "option", data, b"", digest(b"option", key.encode(), data), 0, name=key)
-        )
+        d = digest(b"option", key.encode(), data)
+        self._blocks.append(Block(key, "option", "option", data, b"", d, 0, name=key))
+        self._digests.append(d)
 
     def add(
         self,
@@ -296,6 +365,7 @@ class Builder:
             self._starts.append(len(self._blocks))
             self._last_msg = message
         self._blocks.append(Block(path, section, kind, data, env, d, tokens, message, name, marker, empty))
+        self._digests.append(d)
 
     def build(
         self,
@@ -308,7 +378,8 @@ class Builder:
         """Freeze the blocks into a :class:`CanonicalRequest` with its chain and cumulative tokens."""
         blocks = tuple(self._blocks)
         refs = self._cache.last if self._cache is not None else []
-        chain, cum = chain_of(blocks, refs)
+        digests = tuple(self._digests)
+        chain, cum = chain_of(blocks, refs, digests)
         req = CanonicalRequest(
             self.api,
             self.model,
@@ -321,29 +392,47 @@ class Builder:
             dict(extra or {}),
             tuple(self._starts),
             tuple(i for i, b in enumerate(blocks) if b.marker is not None),
+            digests,
         )
         if self._cache is not None:
             self._cache.tick()
             self._cache.remember(req)
+            if self._run is not None:
+                field, text, first = self._run
+                starts = tuple(s for s in self._starts if s >= first)
+                run = (text.rstrip()[:-1].rstrip(), len(starts), blocks[first:], starts, digests[first:], first)
+                self._cache.runs[field] = run
         return req
 
 
+def _shared(a: tuple[bytes, ...], b: tuple[bytes, ...]) -> int:
+    """Length of the common prefix of two digest tuples (binary search on C-level slice comparisons)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def chain_of(
-    blocks: Sequence[Block], refs: Sequence[CanonicalRequest] = ()
+    blocks: Sequence[Block], refs: Sequence[CanonicalRequest] = (), digests: tuple[bytes, ...] | None = None
 ) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
-    """The chain hashes and cumulative token counts of ``blocks``, re-using those of the reference request in
-    ``refs`` that shares the most leading digests (chain and sums depend only on the digests, and tokens are
-    memoised per digest), so building costs only the new blocks."""
-    start = 0
-    chain: list[bytes] = []
-    cum: list[int] = []
+    """The chain hashes and cumulative token counts of ``blocks`` (whose ``digests`` may be given), re-using those
+    of the reference request in ``refs`` that shares the most leading digests (chain and sums depend only on the
+    digests, and tokens are memoised per digest), so building costs only the new blocks."""
+    ds = digests if digests is not None else tuple(b.digest for b in blocks)
+    start, best = 0, None
     for ref in refs:
-        last_blocks = ref.blocks
-        n, k = min(len(last_blocks), len(blocks)), 0
-        while k < n and (blocks[k] is last_blocks[k] or blocks[k].digest == last_blocks[k].digest):
-            k += 1
+        k = _shared(ds, ref.digests)
         if k > start:
-            start, chain, cum = k, list(ref.chain[:k]), list(ref.cum_tokens[:k])
+            start, best = k, ref
+    chain = list(best.chain[:start]) if best is not None else []
+    cum = list(best.cum_tokens[:start]) if best is not None else []
     prev = chain[-1] if chain else b""
     total = cum[-1] if cum else 0
     for b in blocks[start:]:
@@ -354,29 +443,49 @@ def chain_of(
     return tuple(chain), tuple(cum)
 
 
-def rebuild(req: CanonicalRequest, blocks: Sequence[Block], refs: Sequence[CanonicalRequest] = ()) -> CanonicalRequest:
+def rebuild(
+    req: CanonicalRequest,
+    blocks: Sequence[Block],
+    refs: Sequence[CanonicalRequest] = (),
+    head: int | None = None,
+) -> CanonicalRequest:
     """``req`` with its blocks replaced by ``blocks`` (the same request after agentcache re-sent some units in an
     earlier form, reordered tools or moved markers): chain, token sums, message starts and marked blocks
-    recomputed, re-using the chain of ``req`` and of ``refs`` where the leading digests agree."""
+    recomputed, re-using the chain of ``req`` and of ``refs`` where the leading digests agree. ``head``: the
+    number of leading blocks that replaced ``req``'s head when every message block is ``req``'s own (the message
+    structure is then shifted, not scanned again)."""
     out = tuple(blocks)
-    chain, cum = chain_of(out, (req, *refs))
-    starts: list[int] = []
+    if head is not None:
+        old = req.msg_start[0] if req.msg_start else len(req.blocks)
+        delta = head - old
+        digests = tuple(b.digest for b in out[:head]) + req.digests[old:]
+        chain, cum = chain_of(out, (req, *refs), digests)
+        starts = req.msg_start if delta == 0 else tuple(s + delta for s in req.msg_start)
+        marked = tuple(i for i in range(head) if out[i].marker is not None) + tuple(
+            m + delta for m in req.marked if m >= old
+        )
+        return req.evolve(blocks=out, chain=chain, cum_tokens=cum, msg_start=starts, marked=marked, digests=digests)
+    digests = tuple(b.digest for b in out)
+    chain, cum = chain_of(out, (req, *refs), digests)
+    begins: list[int] = []
     last: int | None = None
-    marked: list[int] = []
+    marks: list[int] = []
     for i, b in enumerate(out):
         if b.message is not None and b.message != last:
-            starts.append(i)
+            begins.append(i)
             last = b.message
         if b.marker is not None:
-            marked.append(i)
-    return replace(req, blocks=out, chain=chain, cum_tokens=cum, msg_start=tuple(starts), marked=tuple(marked))
+            marks.append(i)
+    return req.evolve(
+        blocks=out, chain=chain, cum_tokens=cum, msg_start=tuple(begins), marked=tuple(marks), digests=digests
+    )
 
 
 def unmarked(blocks: tuple[Block, ...]) -> tuple[Block, ...]:
     """``blocks`` without markers (the same tuple when none carries one)."""
     if all(b.marker is None for b in blocks):
         return blocks
-    return tuple(b if b.marker is None else replace(b, marker=None) for b in blocks)
+    return tuple(b if b.marker is None else b.with_marker(None) for b in blocks)
 
 
 def _kind_and_text(unit: Any) -> tuple[str, str | None, bool]:
@@ -470,8 +579,8 @@ def with_markers(req: CanonicalRequest, markers: Mapping[int, Marker], top: Mark
     for i in {*markers, *req.marked}:
         want = markers.get(i)
         if blocks[i].marker != want:
-            blocks[i] = replace(blocks[i], marker=want)
-    return replace(req, blocks=tuple(blocks), top_marker=top, marked=tuple(sorted(markers)))
+            blocks[i] = blocks[i].with_marker(want)
+    return req.evolve(blocks=tuple(blocks), top_marker=top, marked=tuple(sorted(markers)))
 
 
 def static_end(req: CanonicalRequest) -> int:

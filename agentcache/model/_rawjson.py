@@ -35,7 +35,8 @@ encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 @dataclass(slots=True)
 class RawBody:
     """The source text of a parsed body's parts: ``texts`` maps ``id(value)`` to ``(value, text)`` for
-    every top-level value and every element of a top-level array that is an object or an array."""
+    every top-level value that is an object, an array or a string longer than 64 characters, and every element
+    of a top-level array that is an object or an array."""
 
     texts: dict[int, tuple[Any, str]] = field(default_factory=dict)
 
@@ -60,19 +61,24 @@ def _array(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[list[Any]
     i = _ws(s, i + 1)
     if s[i] == "]":
         return items, i + 1
+    match = _WS.match
     while True:
         start = i
         value, i = _scan(s, i)
         items.append(value)
         if isinstance(value, dict | list):
             texts[id(value)] = (value, s[start:i])
-        i = _ws(s, i)
         c = s[i]
+        if c in _SPACE:  # inline: most bodies have no space here, or one
+            i = match(s, i).end()  # type: ignore[union-attr]
+            c = s[i]
         if c == "]":
             return items, i + 1
         if c != ",":
             raise _Malformed
-        i = _ws(s, i + 1)
+        i += 1
+        if s[i] in _SPACE:
+            i = match(s, i).end()  # type: ignore[union-attr]
 
 
 def _object(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[dict[str, Any], int]:
@@ -92,8 +98,8 @@ def _object(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[dict[str
             value, i = _array(s, i, texts)
         else:
             value, i = _scan(s, i)
-        if isinstance(value, dict | list):
-            texts[id(value)] = (value, s[start:i])
+        if isinstance(value, dict | list) or (isinstance(value, str) and i - start > 64):
+            texts[id(value)] = (value, s[start:i])  # long top-level strings too (a system prompt)
         out[key] = value
         i = _ws(s, i)
         c = s[i]

@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from .._exceptions import InputError
 from .._log import get_logger
+from ..model._fields import TurnReport
 from ..model._rawjson import dumps_spliced, loads
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
@@ -184,9 +185,11 @@ async def _finish(
             state.count_usage(provider, model, usage)
         fields: dict[str, Any] = {}
         if turn is not None:
-            fields = _turn_fields(turn, tenant, usage, latency)
-            if turn.committed:
-                turn.finish(usage, duration=latency, cut=outcome.status == "upstream_error")
+            report = (
+                turn.finish(usage, duration=latency, cut=outcome.status == "upstream_error") if turn.committed else None
+            )
+            fields = _turn_fields(turn, report or turn.report(usage, latency), tenant, usage)
+            if report is not None:
                 state.report.record(f"{tenant}/{turn.session.session_id}", tenant, turn, usage)
                 if close_after:
                     await state.close(tenant, turn.session.session_id, "closed")
@@ -205,9 +208,8 @@ async def _finish(
         state.fail_open("report", exc)
 
 
-def _turn_fields(turn: Turn, tenant: str, usage: CacheUsage | None, latency: float) -> dict[str, Any]:
-    """The four fields (and usage, cost, repairs) of a turn, for its log line."""
-    report = turn.report(usage, latency)
+def _turn_fields(turn: Turn, report: TurnReport, tenant: str, usage: CacheUsage | None) -> dict[str, Any]:
+    """The four fields (and usage, cost, repairs) of a turn's ``report``, for its log line."""
     tier = _flat(report.storage_tier)
     tier["tiers"] = dict(report.storage_tier.tiers)
     return {

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._config import Settings, get_settings
-from ..adapters import apply, canonicalize
+from ..adapters import apply, canonicalize, reshaped
 from ..analysis._diagnose import Divergence, diagnose
 from ..analysis._repair import RepairPlan, Sent, ToolMemory, plan_repairs, repaired_request
-from ..model._canonical import BlockCache, CanonicalRequest, unmarked, value_digest, with_markers
+from ..model._canonical import BlockCache, CanonicalRequest, rebuild, unmarked, value_digest, with_markers
 from ..model._causes import MESSAGES_EDITED, REPAIRABLE_BREAKS, Cause
 from ..model._rawjson import RawBody
 from ..model._types import Api
@@ -225,7 +225,7 @@ class SessionPipeline:
             marked = {m for i in rep.marked if (m := rep.blocks[i].message) is not None}
             plan = replace(plan, marked=frozenset(marked) | _replaced(repair))
         wire = apply(api, work_body, plan) if not plan.empty else work_body
-        planned = self._planned(api, rep, tplan, wire)
+        planned = self._planned(api, rep, tplan)
         state = PipelineState(
             Sent(planned, wire, client, _forms(repair, rep, planned, tplan), _cache_key(last, planned)),
             None if wire is body else body,
@@ -251,12 +251,22 @@ class SessionPipeline:
             state,
         )
 
-    def _planned(self, api: Api, rep: CanonicalRequest, tplan: TargetPlan, wire: dict[str, Any]) -> CanonicalRequest:
-        if tplan.reshapes:
-            return canonicalize(api, wire, cache=self.cache)  # a marker reshaped a string: read what is sent
+    def _planned(self, api: Api, rep: CanonicalRequest, tplan: TargetPlan) -> CanonicalRequest:
+        """What is sent, canonical: ``rep`` with the target's routing key and markers. A marker on a string turned
+        it into a text block on the wire: its block is rebuilt as such (the same as reading the sent body again,
+        without reading it)."""
         if tplan.routing_key is not None:
-            rep = replace(rep, cache_key=tplan.routing_key)
-        return with_markers(rep, tplan.markers, tplan.top) if tplan.markers is not None else rep
+            rep = rep.evolve(cache_key=tplan.routing_key)
+        if tplan.markers is None:
+            return rep
+        planned = with_markers(rep, tplan.markers, tplan.top)
+        if not tplan.reshapes:
+            return planned
+        blocks = list(planned.blocks)
+        for i, marker in tplan.markers.items():
+            if blocks[i].data[:1] == b'"':
+                blocks[i] = reshaped(api, blocks[i], marker)
+        return rebuild(planned, blocks, (rep,))
 
     def commit(self, prepared: Prepared) -> None:
         """Record ``prepared`` as sent: the session's state becomes ``prepared.state``."""

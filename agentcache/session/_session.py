@@ -72,6 +72,8 @@ class Session:
         self.totals = UsageTotals()
         self.entries: tuple[bytes, ...] = ()
         self.size = 0
+        #: The wire size in bytes of the last committed request, when the door knew it (the proxy does).
+        self.body_bytes: int | None = None
         self._snapshot = snapshot
         self._pipeline: SessionPipeline | None = None
         self._forks: dict[str, int] = {}
@@ -100,7 +102,10 @@ class Session:
         return self._pipeline
 
     def estimated_bytes(self) -> int:
-        """Estimated bytes of this session's state in memory (see :data:`STATE_BYTES_PER_BLOCK_BYTE`)."""
+        """Estimated bytes of this session's state in memory (see :data:`STATE_BYTES_PER_BLOCK_BYTE`): from the
+        size of its last request's body when the door knew it (``body_bytes``), else from its blocks."""
+        if self.body_bytes is not None:
+            return STATE_BYTES_PER_BLOCK_BYTE * self.body_bytes
         sent = self._pipeline.sent if self._pipeline is not None else None
         if sent is None:
             return 0

@@ -418,10 +418,15 @@ class Sessions:
             if turn.committed is not None:
                 return turn.committed
             now = self.clock()
+            sess, before = turn.session, turn.session.body_bytes
+            if turn.size is not None:
+                sess.body_bytes = turn.size  # the store's memory estimate of the session uses it
             try:
                 ok = self._sync_store().commit(
                     turn.session, turn.prepared, base=turn.base, checkpoints=turn.checkpoints, now=now
                 )
+                if not ok:
+                    sess.body_bytes = before
             except Exception as exc:  # an agentcache bug must not break the caller's successful request
                 log.warning("session.commit_failed", session_id=turn.session.session_id, error=type(exc).__name__)
                 turn.committed = False

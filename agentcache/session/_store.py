@@ -252,12 +252,17 @@ class MemoryStore:
         size = session.estimated_bytes()
         self._bytes += size - session.size
         session.size = size
-        self._drop_entries(session)
-        if not session.explicit:
-            entries = index_entries(checkpoints, self.index_checkpoints)
-            for h, head in entries:
-                self._index[(session.tenant, h)] = (session.session_id, head)
-            session.entries = tuple(h for h, _ in entries)
+        if session.explicit:
+            return True
+        entries = index_entries(checkpoints, self.index_checkpoints)
+        keep = {h for h, _ in entries}
+        tenant, sid = session.tenant, session.session_id
+        for h in session.entries:  # only the entries that left the window go (the window slides by a turn)
+            if h not in keep and self._index.get((tenant, h), ("",))[0] == sid:
+                del self._index[(tenant, h)]
+        for h, head in entries:
+            self._index[(tenant, h)] = (sid, head)
+        session.entries = tuple(keep)
         return True
 
     def over_budget(self, now: float, keep: Session) -> list[Session]:

@@ -9,8 +9,6 @@ is the session's for good, and its lineage's (subagents, later generations).
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from ..model._canonical import CanonicalRequest, static_end
 from ..model._fields import StorageTier
 from ..model._plan import KEEP, WirePlan
@@ -51,7 +49,7 @@ class OpenAITarget(Target):
             if key is None and inp.keys is not None:
                 key = inp.keys.key(family, inp.lineage, inp.now)
             if key is not None:
-                rep = replace(rep, cache_key=key)
+                rep = rep.evolve(cache_key=key)
         wire = WirePlan(cache_key=key if key is not None else KEEP)
         rules = openai_rules(self.model or rep.model)
         if not rules.breakpoints:
