@@ -35,14 +35,13 @@ from .loaders import FORMATS, Record, load
 
 __all__ = ["app", "main"]
 
-PROVIDERS: tuple[str, ...] = ("anthropic", "openai")
-
 
 class ProviderChoice(StrEnum):
-    """Values of ``--provider``."""
+    """Values of ``audit --provider``: whose cache rules to simulate."""
 
     anthropic = "anthropic"
     openai = "openai"
+    engine = "engine"
 
 
 FormatChoice = Enum("FormatChoice", {f.replace("-", "_"): f for f in FORMATS}, type=str)  # type: ignore[misc]
@@ -117,7 +116,10 @@ def audit_command(
     ],
     provider: Annotated[
         ProviderChoice | None,
-        typer.Option(help="Cache rules to simulate (default: from the first record's api)."),
+        typer.Option(
+            help="Cache rules to simulate: a provider, or a local engine's prefix cache (default: the first "
+            "record's API)."
+        ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Price every request as this model.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout.")] = False,

@@ -1,6 +1,6 @@
 """OpenAI ``prompt_cache_key`` for a session lineage.
 
-A good key serves both kinds of reuse (design.md): the static-prefix *family* (sessions that share
+A good key serves both kinds of reuse (docs/design.md): the static-prefix *family* (sessions that share
 tools + system) plus a *shard* chosen by consistent hashing of the session lineage's root, with enough
 shards to keep each key under ~15 requests/min (OpenAI's published overflow point). A session always
 lands where its own history lives, its subagents share its root and so its key, and new sessions

@@ -1,6 +1,6 @@
 """Safe repairs: re-send the bytes a session already sent when the new bytes mean the same.
 
-Implements the repair rule of design.md: the same tool set in another order, the same JSON value re-serialised
+Implements the repair rule of docs/design.md: the same tool set in another order, the same JSON value re-serialised
 (tool schemas, tool-call arguments, message key order), a string vs a one-element text array, and a routing key
 that changes per request are restored; anything that changes meaning is left exactly as the client sent it.
 Repairs stop at the first message whose meaning differs: history after a real edit is never touched.

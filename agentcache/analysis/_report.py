@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .._exceptions import InputError
-from ..model._usage import TokenTotals
+from ..model._totals import TokenTotals
 from ..simulate import SimUsage
 
 ARMS = ("as_sent", "agentcache", "ideal")

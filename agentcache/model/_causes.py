@@ -1,6 +1,6 @@
 """Names of the reasons reuse was lost: the one leaf module every layer imports.
 
-Two kinds (see ``shared/design.md``, "Why reuse was lost"):
+Two kinds (see ``docs/design.md``, "Why reuse was lost"):
 
 * a **break** is a prefix divergence: a request does not extend what its session (or, for the
   static prefix, another session in the same cache scope) sent before;

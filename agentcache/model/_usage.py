@@ -26,9 +26,8 @@ a missing or ``null`` field counts as 0; a body with no recognisable usage gives
 :class:`UsageAccumulator` reads a streamed response event by event (the one reader behind both the
 wrapper's SDK streams and the proxy's SSE tap).
 
-Cost (:func:`cost_usd`) uses the price table of :mod:`agentcache.model._rules`: Anthropic bills writes at
-1.25× (5m) or 2× (1h) and reads at 0.1× the base input price; OpenAI bills cached tokens at the model's
-cached price. An unknown model, or an engine, has no price: the cost is None.
+The price of usage is the target's (:meth:`agentcache.targets.Target.cost`, :func:`agentcache.cost_usd`);
+totals over many requests are in :mod:`agentcache.model._totals`.
 """
 
 from __future__ import annotations
@@ -38,16 +37,11 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ._rules import anthropic_rules, openai_rules
-
 __all__ = [
     "TERMINAL_EVENTS",
     "CacheUsage",
-    "TokenTotals",
     "UsageAccumulator",
-    "UsageTotals",
     "as_dict",
-    "cost_usd",
     "merge_anthropic_usage",
     "normalize_usage",
     "read_field",
@@ -375,81 +369,3 @@ class UsageAccumulator:
             return normalize_usage(doc, self.api) if doc else None
         except Exception:  # never raises
             return None
-
-
-def cost_usd(usage: CacheUsage, provider: str | None, model: str | None) -> float | None:
-    """Input-side cost in USD of ``usage`` on ``provider`` (``anthropic`` or ``openai``) for ``model``;
-    None for an engine, another provider, or a model the price table does not know."""
-    if provider == "anthropic":
-        a = anthropic_rules(model)
-        if not a.known:
-            return None
-        w5 = usage.cache_write_tokens - usage.cache_write_1h_tokens
-        return a.cost(usage.uncached_tokens, usage.cache_read_tokens, w5, usage.cache_write_1h_tokens)
-    if provider == "openai":
-        o = openai_rules(model)
-        if not o.known:
-            return None
-        return o.cost(usage.uncached_tokens + usage.cache_write_tokens, usage.cache_read_tokens)
-    return None
-
-
-@dataclass(slots=True)
-class TokenTotals:
-    """Token counts summed over requests (tokens as in :class:`CacheUsage`), ``hit_rate =
-    cache_read_tokens / prompt_tokens``, and ``cost_usd``. Shared by :class:`UsageTotals` (reported usage) and
-    the audit's per-arm ``ArmMetrics`` (simulated usage)."""
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    uncached_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def count(self, usage: CacheUsage | Any) -> None:
-        """Add one request's token counts (anything with the four ``*_tokens`` fields of :class:`CacheUsage`)."""
-        self.requests += 1
-        self.prompt_tokens += usage.prompt_tokens
-        self.cache_read_tokens += usage.cache_read_tokens
-        self.cache_write_tokens += usage.cache_write_tokens
-        self.uncached_tokens += usage.uncached_tokens
-
-    @property
-    def hit_rate(self) -> float:
-        """Share of prompt tokens read from the cache (0..1)."""
-        return self.cache_read_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: ``requests``, the four token counts, ``hit_rate``, ``cost_usd``."""
-        return {
-            "requests": self.requests,
-            "prompt_tokens": self.prompt_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-            "uncached_tokens": self.uncached_tokens,
-            "hit_rate": round(self.hit_rate, 6),
-            "cost_usd": round(self.cost_usd, 6),
-        }
-
-
-@dataclass(slots=True)
-class UsageTotals(TokenTotals):
-    """Running totals of reported usage over requests (a session's, or a lineage's). ``cost_usd`` sums the
-    requests whose cost is known, ``unpriced`` counts the others; ``output_tokens`` sums the reported ones."""
-
-    output_tokens: int = 0
-    unpriced: int = 0
-
-    def add(self, usage: CacheUsage, cost: float | None) -> None:
-        """Accumulate one request."""
-        self.count(usage)
-        self.output_tokens += usage.output_tokens or 0
-        if cost is None:
-            self.unpriced += 1
-        else:
-            self.cost_usd += cost
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: :meth:`TokenTotals.to_dict` plus ``output_tokens`` and ``unpriced``."""
-        return {**TokenTotals.to_dict(self), "output_tokens": self.output_tokens, "unpriced": self.unpriced}

@@ -89,11 +89,3 @@ def _trim(old: str, new: str) -> tuple[int, int, int]:
         hi_new += 1
         hi_old += 1
     return lo, hi_old, hi_new
-
-
-def find_volatile(text: str) -> list[VolatileSpan]:
-    """Every volatile-looking span in ``text`` (for reports on a single request)."""
-    out = []
-    for kind, pat in PATTERNS:
-        out += [VolatileSpan(m.start(), m.end(), (kind,), m.group()) for m in pat.finditer(text)]
-    return sorted(out, key=lambda s: s.start)

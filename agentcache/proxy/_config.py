@@ -133,10 +133,6 @@ class ProxyConfig(BaseSettings):
         """``anthropic``, ``openai`` or ``url``."""
         return self.upstream if self.upstream in UPSTREAMS else "url"
 
-    def provider_for(self, api: str) -> str:
-        """Provider rules for the pipeline: anthropic for an Anthropic upstream or ``/v1/messages``."""
-        return "anthropic" if self.upstream_kind == "anthropic" or api == "anthropic.messages" else "openai"
-
     @property
     def upstream_is_loopback(self) -> bool:
         """True when the upstream host is a loopback address (then proxy env vars are ignored)."""

@@ -1,5 +1,5 @@
 """Send one replayed request, streaming, and measure it: time to first token, and the prompt / cached tokens the
-server reported (read with :func:`agentcache.model._usage.normalize_usage`).
+server reported (read with the one usage accumulator of every door, :class:`agentcache.model.UsageAccumulator`).
 
 Streams read (server-sent events, ``data:`` lines):
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from ..model._usage import CacheUsage, merge_anthropic_usage, normalize_usage
+from ..model._usage import CacheUsage, UsageAccumulator
 
 __all__ = ["PATHS", "TurnResult", "send_turn"]
 
@@ -82,29 +82,18 @@ def _first_token(target: str, event: dict[str, Any]) -> bool:
 
 
 class _UsageReader:
-    """Accumulates the usage events of one stream."""
+    """The usage of one replayed stream: the one :class:`~agentcache.model.UsageAccumulator` every door uses
+    (SGLang ``/generate`` chunks carry ``meta_info``, which it reads like the Chat chunks' ``usage``)."""
 
     def __init__(self, target: str) -> None:
-        self.target = target
-        self.anthropic: dict[str, Any] | None = None
-        self.last: Any = None
+        api = "anthropic.messages" if target == "anthropic.messages" else "openai.chat"
+        self.usage = UsageAccumulator(api)
 
     def feed(self, event: dict[str, Any]) -> None:
-        if self.target == "anthropic.messages":
-            if event.get("type") == "message_start":
-                self.anthropic = merge_anthropic_usage(None, (event.get("message") or {}).get("usage"))
-            elif event.get("type") == "message_delta" and event.get("usage"):
-                self.anthropic = merge_anthropic_usage(self.anthropic, event["usage"])
-        elif self.target == "sglang.generate":
-            if event.get("meta_info"):
-                self.last = {"meta_info": event["meta_info"]}
-        elif event.get("usage"):
-            self.last = {"usage": event["usage"], **({"timings": event["timings"]} if event.get("timings") else {})}
+        self.usage.add_event(event)
 
     def apply(self, result: TurnResult) -> None:
-        data = {"usage": self.anthropic} if self.anthropic is not None else self.last
-        api = "anthropic.messages" if self.target == "anthropic.messages" else "openai.chat"
-        usage = normalize_usage(data, api) if data is not None else None
+        usage = self.usage.usage
         if usage is None:
             return
         result.usage = usage

@@ -1,6 +1,6 @@
 """Session lifecycle signals: the four fields, turn reports, events, and where events go.
 
-Every wrapped request yields a :class:`TurnReport` keyed by the four fields of design.md:
+Every wrapped request yields a :class:`TurnReport` keyed by the four fields of docs/design.md:
 ``prefix_identity`` (:class:`PrefixIdentity`), ``reuse_boundary`` (:class:`ReuseBoundary`),
 ``session_signal`` (:class:`SessionSignal`) and ``storage_tier`` (:class:`StorageTier`). Sessions emit
 a :class:`LifecycleEvent` for each of ``open``, ``turn``, ``retry``, ``fork`` and ``close``:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..model._fields import EventName, LifecycleEvent, SessionSignal, TurnReport
 from ..model._rawjson import RawBody
+from ..model._totals import UsageTotals
 from ..model._types import Api
-from ..model._usage import UsageTotals
 from ..targets import Target
 from ._identity import Identity
 from ._pipeline import SessionPipeline

@@ -35,8 +35,9 @@ from .._exceptions import ConfigError
 from .._log import get_logger
 from ..model._fields import LifecycleEvent, TurnReport
 from ..model._rawjson import RawBody
+from ..model._totals import UsageTotals
 from ..model._types import Api, TargetKind
-from ..model._usage import CacheUsage, UsageTotals
+from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
 from ._identity import LOCAL_TENANT, Identity, checkpoints_of, new_session_id
 from ._lifecycle import Sink, annotate, emit
@@ -223,6 +224,8 @@ class Sessions:
             tenant: str, sid: str, parent: str | None, lineage: str, generation: int, snap: dict[str, Any] | None
         ) -> Session:
             known = target_named(snap["target"], model=model) if snap is not None and snap.get("target") else target
+            if self.settings.target != "auto":  # the explicit setting beats whatever the door declared
+                known = target_named(self.settings.target, model=model)
             return Session(
                 self,
                 tenant,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..model._usage import UsageTotals
+from ..model._totals import UsageTotals
 from ._identity import index_entries, match_checkpoints
 
 if TYPE_CHECKING:

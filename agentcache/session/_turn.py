@@ -104,7 +104,7 @@ class Turn:
 
 
 def build_report(turn: Turn, usage: CacheUsage | None, duration: float | None) -> TurnReport:
-    """The turn report of ``turn`` with the upstream's ``usage`` (the four fields of design.md)."""
+    """The turn report of ``turn`` with the upstream's ``usage`` (the four fields of docs/design.md)."""
     prep = turn.prepared
     planned, before, div = prep.planned, prep.before, prep.divergence
     matched = common_prefix(before, planned) if before is not None else 0

@@ -9,7 +9,7 @@ from ._base import PlanInput, Target, TargetPlan
 from ._detect import EngineInfo, aprobe, is_provider_host, probe
 from ._engine import EngineTarget
 from ._openai import OpenAITarget, family_of
-from ._resolve import TARGET_CHOICES, resolve_target, target_named
+from ._resolve import TARGET_CHOICES, cost_usd, resolve_target, target_named
 
 __all__ = [
     "TARGET_CHOICES",
@@ -21,6 +21,7 @@ __all__ = [
     "Target",
     "TargetPlan",
     "aprobe",
+    "cost_usd",
     "family_of",
     "is_provider_host",
     "probe",

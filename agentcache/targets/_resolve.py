@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from .._exceptions import ConfigError
 from ..model._types import Api, Engine, TargetKind, parse_engine
+from ..model._usage import CacheUsage
 from ._anthropic import AnthropicTarget
 from ._base import Target
 from ._engine import EngineTarget
 from ._openai import OpenAITarget
 
-__all__ = ["TARGET_CHOICES", "resolve_target", "target_named"]
+__all__ = ["TARGET_CHOICES", "cost_usd", "resolve_target", "target_named"]
 
 #: What the ``target`` setting and a door's declaration may name (besides an engine name).
 TARGET_CHOICES = ("auto", "anthropic", "openai", "engine")
@@ -69,3 +70,17 @@ def resolve_target(
     except ValueError:
         raise ConfigError(f"unknown api {api!r}; expected one of {', '.join(a.value for a in Api)}") from None
     return target_named(provider, model=model)
+
+
+def cost_usd(usage: CacheUsage, provider: str | None, model: str | None) -> float | None:
+    """Input-side USD of reported ``usage`` on ``provider`` (a target name) for ``model``: the target's own
+    price (:meth:`Target.cost`; Anthropic writes at 1.25× (5m) or 2× (1h) and reads at 0.1× the base input
+    price, OpenAI cached tokens at the model's cached price, from ``agentcache/data/models.toml``). None for an
+    engine, an unknown provider, or a model the price table does not know."""
+    if provider is None:
+        return None
+    try:
+        target = target_named(provider)
+    except ConfigError:
+        return None
+    return target.cost(usage, model)
