@@ -4,7 +4,7 @@ The audit is a door like the others: every recorded request goes through the ses
 :class:`~agentcache.Sessions` manager, one session per recorded session, the same repairs and policies the
 wrappers and the proxy apply), and every committed turn into the per-arm :class:`~agentcache.analysis.Ledger`
 the proxy's live report uses too. Records are replayed in time order (``at``; recorded order where absent), all
-sessions through one shared simulated cache per arm (docs/docs/design.md, "Cache scope"):
+sessions through one shared simulated cache per arm (docs/design.md, "Cache scope"):
 
 * ``as_sent``: the requests exactly as recorded;
 * ``agentcache``: after safe repairs and policies (breakpoints on Anthropic, routing keys on OpenAI);

@@ -1,7 +1,7 @@
 """The per-arm ledger shared by ``agentcache audit`` and the proxy's live report: every committed turn, replayed
 through one shared simulated cache per arm and cache scope, in time order, with its breaks and misses.
 
-Arms (docs/docs/design.md, "Cache scope"): ``as_sent`` (the client's requests as they came), ``agentcache`` (what was sent
+Arms (docs/design.md, "Cache scope"): ``as_sent`` (the client's requests as they came), ``agentcache`` (what was sent
 after repairs and policies), optionally one per baseline marker strategy (``--compare``), ``ideal`` (every token
 already sent earlier in the scope counts as reused: the bound) and ``reported`` (the usage the upstream reported,
 priced by the target). A break is the client's divergence from its own previous request (``repaired``: the sent

@@ -1,4 +1,4 @@
-"""The four fields of the cache contract and the lifecycle event that carries them (docs/docs/design.md, "The four
+"""The four fields of the cache contract and the lifecycle event that carries them (docs/design.md, "The four
 fields"): ``prefix_identity`` (:class:`PrefixIdentity`), ``reuse_boundary`` (:class:`ReuseBoundary`),
 ``session_signal`` (:class:`SessionSignal`) and ``storage_tier`` (:class:`StorageTier`), one :class:`TurnReport`
 per request, and :class:`LifecycleEvent` for ``open``, ``turn``, ``retry``, ``fork`` and ``close``. Plain frozen

@@ -22,7 +22,7 @@ MarkerSpec = str | Marker
 
 @dataclass(frozen=True, slots=True)
 class WirePlan:
-    """What to change on a wire body. Every change preserves meaning (docs/docs/design.md, repair rule).
+    """What to change on a wire body. Every change preserves meaning (docs/design.md, repair rule).
 
     ``replace``: unit path → JSON value previously sent for it (``"tools[3]"``, ``"system"``,
     ``"messages[5]"``...), applied before reordering.

@@ -6,7 +6,7 @@ Every SGLang flag agentcache can emit is declared once in :data:`SGLANG_FLAGS`, 
 ``--foo-bar``, see ``arg_groups/arg_utils.py``) and the choices agentcache may pass. ``tests/test_serve_flags.py``
 reads those files from the wheel, as text, and checks every entry. :func:`_flag` refuses anything undeclared.
 
-What the engine gets, and why (docs/docs/design.md, "SGLang (0.5.23)"):
+What the engine gets, and why (docs/design.md, "SGLang (0.5.23)"):
 
 * the unified radix cache is SGLang's default and is kept (``--disable-radix-cache`` only for baselines);
 * ``--enable-session-radix-cache``: session-aware eviction for requests carrying a stable ``session_id``

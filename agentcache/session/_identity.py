@@ -1,7 +1,7 @@
 """Who a request belongs to: the identity a door knows (:class:`Identity`), and the prefix index that infers the
 session of a request that names none.
 
-**Precedence** (docs/docs/design.md, "Session identity precedence"): an explicit id (``x-agentcache-session`` /
+**Precedence** (docs/design.md, "Session identity precedence"): an explicit id (``x-agentcache-session`` /
 ``x-agentcache-parent``, a :class:`~agentcache.Session` object, a recorded session name) > what the client
 itself declares > the OpenAI ``prompt_cache_key`` > inference > a new id.
 
