@@ -53,14 +53,14 @@ import _synth
 
 from agentcache import CanonicalRequest, audit, diagnose
 from agentcache.adapters import apply, canonicalize
-from agentcache.analysis._repair import SessionMemory, plan_repairs
+from agentcache.analysis._repair import Sent, ToolMemory, plan_repairs, repaired_request
 from agentcache.loaders import Record, load
 from agentcache.model import _rawjson as rawjson
 from agentcache.model._canonical import BlockCache, with_markers
 from agentcache.model._rules import anthropic_rules, default_model
 from agentcache.model._tokens import TokenCounter, default_counter, reset_default_counter
 from agentcache.policies import plan_breakpoints
-from agentcache.session._pipeline import SessionPipeline
+from agentcache.session import SessionPipeline
 
 T = TypeVar("T")
 CHECKPOINTS = (10, 50, 100, 200)
@@ -242,12 +242,14 @@ class TurnSamples:
 
 class Pipeline:
     """The per-turn steps, timed one by one, in the order ``SessionPipeline.prepare``/``commit`` runs them
-    (canonicalize, diagnose, plan_repairs (+ apply), plan_breakpoints (+ with_markers), remember),
-    without its extras (TTL choice, routing key, writing markers onto the wire)."""
+    (canonicalize, diagnose, plan_repairs (+ apply + the repaired request assembled from blocks),
+    plan_breakpoints (+ with_markers), remember), without its extras (TTL choice, routing key, writing
+    markers onto the wire)."""
 
     def __init__(self, api: str):
         self.api = api
-        self.memory = SessionMemory()
+        self.last: Sent | None = None
+        self.tools = ToolMemory()
         self.prev: CanonicalRequest | None = None
         self.rules = anthropic_rules(default_model("anthropic"))
         # The session's block cache, as SessionPipeline keeps one: unchanged messages re-use their blocks.
@@ -264,14 +266,16 @@ class Pipeline:
             d = diagnose(self.prev, canon)
             assert not d.is_break, d
         t3 = now_ns()
-        repair = plan_repairs(self.memory, canon, body)
+        repair = plan_repairs(canon, body, self.last, self.tools)
         body1 = apply(self.api, body, repair.plan) if not repair.plan.empty else body
-        rep = canonicalize(self.api, body1, cache=self.cache) if body1 is not body else canon
+        sent = self.last.request if self.last is not None else None
+        rep = repaired_request(canon, repair, (sent,) if sent is not None else ())
         t4 = now_ns()
-        bp = plan_breakpoints(rep, self.memory.sent, self.rules)
+        bp = plan_breakpoints(rep, sent, self.rules)
         planned = with_markers(rep, bp.markers, bp.top)
         t5 = now_ns()
-        self.memory.remember(planned, body1)
+        self.tools = self.tools.after(planned, sent)
+        self.last = Sent(planned, body1, canon, dict(repair.messages))
         self.prev = canon
         t6 = now_ns()
         if out is not None:
@@ -281,7 +285,7 @@ class Pipeline:
 
 def session_turn(pipe: SessionPipeline, api: str, body: dict[str, Any], now: float) -> None:
     """What the proxy runs per request (wire body already parsed)."""
-    pipe.commit(pipe.prepare(api, body, None, now))
+    pipe.commit(pipe.prepare(api, body, now=now))
 
 
 def fresh_memo() -> None:
@@ -338,7 +342,7 @@ def bench_turns(api: str, provider: str, wires: list[bytes], passes: int, warmup
         for k, (w, ts) in enumerate(zip(wires, turns, strict=True)):
             t0 = now_ns()
             body, texts = rawjson.loads(w)
-            sp.commit(sp.prepare(api, body, None, 10.0 * k, raw=texts))
+            sp.commit(sp.prepare(api, body, now=10.0 * k, raw=texts))
             t1 = now_ns()
             if record:
                 ts.proxy_path.append(t1 - t0)
@@ -506,6 +510,15 @@ def markdown(res: dict[str, Any]) -> str:
             f"| {', '.join(f'{x:.2f}' for x in a['warm_runs_s'])} s | {a['recold_s']:.2f} s | {a['memo_blocks']:,} "
             f"| {a['peak_rss_mib']:.0f} MiB |"
         )
+    if "side_by_side" in res:
+        sbs = res["side_by_side"]
+        out += ["", "Side by side in this run (each in its own process, alternating; best warm audit):", "",
+                "| provider | this checkout | baseline | ratio |", "| --- | ---: | ---: | ---: |"]  # fmt: skip
+        for ours, theirs in zip(sbs["ours"], sbs["baseline"], strict=True):
+            ratio = ours["warm_best_s"] / theirs["warm_best_s"]
+            out.append(
+                f"| {ours['provider']} | {ours['warm_best_s']:.2f} s | {theirs['warm_best_s']:.2f} s | {ratio:.2f} |"
+            )
     out += [
         "",
         f"tiktoken in isolation: a cold memo tokenises the {tk['distinct_blocks']:,} distinct blocks of the file "
@@ -616,6 +629,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--json", metavar="OUT", help="also write all figures (every turn) as JSON to OUT")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke test; noisier figures)")
+    ap.add_argument(
+        "--baseline",
+        metavar="PYTHON",
+        help="python of another agentcache checkout (its own venv): its tau-bench audit is timed beside this one",
+    )
     args = ap.parse_args(argv)
     audit_repeats, passes, warmup, prof_reps = (1, 5, 1, 20) if args.quick else (3, 41, 3, 200)
 
@@ -638,6 +656,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"auditing {len(records)} requests under {provider} rules...", file=sys.stderr)
         res["audit"].append(asdict(bench_audit(records, provider, audit_repeats)))
     res["tokenise"] = bench_tokenise(records, audit_repeats)
+    if args.baseline:  # the same audit timed by both checkouts' code in one run, alternating
+        timing = str(Path(__file__).resolve().parent / "_audit_timing.py")
+        both: dict[str, list[Any]] = {"ours": [], "baseline": []}
+        for _ in range(2):
+            for name, python in (("baseline", args.baseline), ("ours", sys.executable)):
+                out = subprocess.run([python, timing, str(audit_repeats)], capture_output=True, check=True, text=True)
+                both[name].append(json.loads(out.stdout))
+        res["side_by_side"] = {
+            name: [min((r[i] for r in runs), key=lambda a: a["warm_best_s"]) for i in range(2)]
+            for name, runs in both.items()
+        }
     res["other_load"] = {"audit": other_load(snap, cpu_snap())}
     del records, loaded
     reset_default_counter()
