@@ -10,7 +10,8 @@ from types import ModuleType
 from typing import Any
 
 from agentcache._exceptions import ConfigError
-from agentcache.model._canonical import Block, BlockCache, CanonicalRequest, Marker
+from agentcache.model._build import BlockCache
+from agentcache.model._canonical import Block, CanonicalRequest, Marker
 from agentcache.model._plan import WirePlan
 from agentcache.model._tokens import TokenCounter
 

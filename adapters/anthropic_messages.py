@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentcache._exceptions import InputError
-from agentcache.model._canonical import Block, BlockCache, Builder, CanonicalRequest, Marker, dumps
+from agentcache.model._build import BlockCache, Builder
+from agentcache.model._canonical import Block, CanonicalRequest, Marker, dumps
 from agentcache.model._plan import MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
 

@@ -56,7 +56,8 @@ from agentcache.adapters import apply, canonicalize
 from agentcache.analysis._repair import Sent, ToolMemory, plan_repairs, repaired_request
 from agentcache.loaders import Record, load
 from agentcache.model import _rawjson as rawjson
-from agentcache.model._canonical import BlockCache, with_markers
+from agentcache.model._build import BlockCache
+from agentcache.model._canonical import with_markers
 from agentcache.model._rules import anthropic_rules, default_model
 from agentcache.model._tokens import TokenCounter, default_counter, reset_default_counter
 from agentcache.policies import plan_breakpoints

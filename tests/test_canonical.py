@@ -120,7 +120,7 @@ def test_every_case_body_canonicalizes() -> None:
 
 
 def test_block_cache_rebuilds_only_new_messages() -> None:
-    from agentcache.model._canonical import BlockCache
+    from agentcache.model._build import BlockCache
 
     cache = BlockCache()
     first = canonicalize("anthropic.messages", _body(5), cache=cache)

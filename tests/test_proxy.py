@@ -74,8 +74,8 @@ def test_anthropic_stream_relayed_byte_for_byte_and_usage_tapped() -> None:
             assert raw.endswith(sse_bytes([("message_stop", {"type": "message_stop"})])[0])
             metrics = state.metrics.render().decode()
             assert (
-                'agentcache_proxy_tokens_total{kind="cache_read",model="claude-sonnet-4-5",provider="anthropic"}'
-                in metrics
+                'agentcache_prompt_tokens_total{kind="cache_read",model="claude-sonnet-4-5",provider="anthropic",'
+                'source="turn"}' in metrics
             )
             reported = state.report.to_dict()["totals"]["reported"]
             assert reported["requests"] == 2 and reported["cache_read_tokens"] > 0
@@ -173,7 +173,8 @@ def test_reordered_tools_are_repaired_on_the_wire() -> None:
             assert names == [t["name"] for t in first["tools"]]
             rep = state.report.to_dict()
             assert rep["breaks"][0]["cause"] == "tools.reordered" and rep["breaks"][0]["repaired"] is True
-            assert "agentcache_proxy_breaks_total" in state.metrics.render().decode()
+            brk = 'agentcache_breaks_total{cause="tools.reordered",provider="anthropic",repaired="true"} 1.0'
+            assert brk in state.metrics.render().decode()
 
     run(scenario())
 

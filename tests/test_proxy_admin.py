@@ -4,19 +4,32 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
-from agentcache import _cli
+from agentcache import PrometheusSink, Sessions, _cli, normalize_usage
 from agentcache._config import reset_settings
 from agentcache._exceptions import ConfigError
 from agentcache._logging import reset_logging
 from agentcache.proxy import ProxyConfig, load_proxy_config
 from agentcache.proxy._sessions import tenant_of
-from tests.test_proxy_support import ANTHROPIC_KEY, OTHER_KEY, anthropic_body, conversation, proxy
+from tests.test_proxy_support import (
+    ANTHROPIC_KEY,
+    OTHER_KEY,
+    FakeUpstream,
+    Seen,
+    anthropic_body,
+    chat_body,
+    conversation,
+    proxy,
+    settings,
+)
 
 A = {"x-api-key": ANTHROPIC_KEY}
 SCHEMA_KEYS = {"provider", "model", "totals", "sessions", "breaks", "misses"}
@@ -46,15 +59,19 @@ def test_metrics_and_report_on_loopback() -> None:
                 'agentcache_proxy_requests_total{model="claude-sonnet-4-5",provider="anthropic",'
                 'route="/v1/messages",status="200"} 4.0' in text
             )
-            for kind in ("prompt", "cache_read", "cache_write", "uncached"):
+            for kind in ("cache_read", "cache_write", "uncached"):
                 assert (
-                    f'agentcache_proxy_tokens_total{{kind="{kind}",model="claude-sonnet-4-5",provider="anthropic"}}'
-                    in text
+                    f'agentcache_prompt_tokens_total{{kind="{kind}",model="claude-sonnet-4-5",provider="anthropic",'
+                    'source="turn"}' in text
                 )
+            assert "agentcache_proxy_tokens_total" not in text  # one definition: no proxy twin of the turn metrics
             assert "agentcache_proxy_upstream_latency_seconds_bucket" in text
             assert "agentcache_proxy_upstream_ttfb_seconds_bucket" in text
-            assert 'agentcache_proxy_cost_usd_total{arm="as_sent"' in text
-            assert "agentcache_proxy_saved_usd" in text
+            for arm in ("as_sent", "agentcache", "reported"):
+                assert (
+                    f'agentcache_cost_usd_total{{arm="{arm}",model="claude-sonnet-4-5",provider="anthropic"}}' in text
+                )
+            assert "agentcache_saved_usd" in text
             assert 'agentcache_session_events_total{event="turn"} 4.0' in text
             assert "agentcache_proxy_live_sessions 2.0" in text
             doc = (await client.get("/agentcache/v1/report")).json()
@@ -72,6 +89,115 @@ def test_metrics_and_report_on_loopback() -> None:
             mine = (await client.get("/agentcache/v1/report", params={"tenant": tenant})).json()
             assert [s["session"].split("/")[0] for s in mine["sessions"]] == [tenant]
             assert mine["totals"]["reported"]["requests"] == 3
+
+    run(scenario())
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+TURN_FAMILIES = {
+    "agentcache_session_events",
+    "agentcache_prompt_tokens",
+    "agentcache_cost_usd",
+    "agentcache_breaks",
+    "agentcache_misses",
+    "agentcache_saved_usd",
+}
+
+
+def turn_level(registry: CollectorRegistry) -> tuple[set[str], Samples]:
+    """The families of ``registry`` that are not the proxy's own HTTP-level ones, and their samples."""
+    names: set[str] = set()
+    samples: Samples = {}
+    for family in registry.collect():
+        if family.name.startswith("agentcache_proxy_"):
+            continue
+        names.add(family.name)
+        for s in family.samples:
+            if not s.name.endswith("_created"):
+                samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return names, samples
+
+
+def fed_by_events(samples: Samples) -> Samples:
+    """Events, tokens and the reported cost: what lifecycle events feed (the ledger feeds the rest)."""
+    keep = ("agentcache_session_events_total", "agentcache_prompt_tokens_total")
+    return {
+        k: v
+        for k, v in samples.items()
+        if k[0] in keep or (k[0] == "agentcache_cost_usd_total" and ("arm", "reported") in k[1])
+    }
+
+
+@pytest.mark.parametrize(
+    ("route", "api", "bodies", "headers"),
+    [
+        ("/v1/messages", "anthropic.messages", [anthropic_body(conversation(n)) for n in (1, 3)], A),
+        (
+            "/v1/chat/completions",
+            "openai.chat",
+            [
+                chat_body([{"role": "user", "content": "I want to change my flight."}]),
+                chat_body(
+                    [
+                        {"role": "user", "content": "I want to change my flight."},
+                        {"role": "assistant", "content": "Sure."},
+                        {"role": "user", "content": "Flight HAT001."},
+                    ]
+                ),
+            ],
+            {"authorization": "Bearer sk-o"},
+        ),
+    ],
+)
+def test_library_sink_and_proxy_export_the_same_turn_metrics(
+    route: str, api: str, bodies: list[dict[str, Any]], headers: dict[str, str]
+) -> None:
+    """One definition: the same turns through the proxy and through ``Sessions(sinks=[PrometheusSink()])`` give
+    the same turn-level families, label sets and values; the proxy adds only its ``agentcache_proxy_*`` ones."""
+
+    async def through_proxy() -> CollectorRegistry:
+        async with proxy() as (client, state, _):
+            for body in bodies:
+                assert (await client.post(route, json=body, headers=headers)).status_code == 200
+            return state.metrics.registry
+
+    proxied = run(through_proxy())
+    registry = CollectorRegistry()
+    sessions = Sessions(settings=settings(), sinks=[PrometheusSink(registry)])
+    fake = FakeUpstream()  # a fresh twin of the proxy's upstream: the same bytes get the same usage
+    session = sessions.session()
+    for body in bodies:
+        turn = session.begin(api, body)
+        sent = Seen("POST", route, "", httpx.Headers(), json.dumps(turn.body).encode())
+        assert turn.succeed(normalize_usage(fake._generate(sent).json(), api)) is not None
+    session.close()  # the proxy closed its session at shutdown
+
+    names, samples = turn_level(registry)
+    proxy_names, proxy_samples = turn_level(proxied)
+    assert names == proxy_names == TURN_FAMILIES  # and the proxy has no turn-level family of its own
+    assert fed_by_events(samples) == pytest.approx(fed_by_events(proxy_samples))
+    provider, model = ("anthropic", "claude-sonnet-4-5") if api == "anthropic.messages" else ("openai", "gpt-4o")
+    read = (
+        "agentcache_prompt_tokens_total",
+        (("kind", "cache_read"), ("model", model), ("provider", provider), ("source", "turn")),
+    )
+    assert samples[read] > 0  # the second turn read the first one's prefix
+    assert samples[("agentcache_session_events_total", (("event", "turn"),))] == 2
+
+
+def test_saved_gauge_follows_the_live_report() -> None:
+    async def scenario() -> None:
+        async with proxy() as (client, state, _):
+            for n in (1, 3, 5):
+                await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=A)
+            totals = state.report.to_dict()["totals"]
+            saved = state.metrics.registry.get_sample_value("agentcache_saved_usd")
+            assert saved == pytest.approx(totals["as_sent"]["cost_usd"] - totals["agentcache"]["cost_usd"], abs=1e-5)
+            assert saved is not None and saved > 0
+            reported = state.metrics.registry.get_sample_value(
+                "agentcache_cost_usd_total", {"provider": "anthropic", "model": "claude-sonnet-4-5", "arm": "reported"}
+            )
+            assert reported == pytest.approx(totals["reported"]["cost_usd"], abs=1e-5)
 
     run(scenario())
 

@@ -85,6 +85,11 @@ def test_keep_warm_sends_the_last_request_prefill_only(monkeypatch: pytest.Monke
             assert delays[-2:] == pytest.approx([270.0, 540.0], abs=1.0)
             metrics = state.metrics.render().decode()
             assert 'agentcache_proxy_keep_warm_requests_total{outcome="sent"} 4.0' in metrics
+            # keep-warm requests are no turns: their tokens are counted apart (source keep_warm)
+            sample = state.metrics.registry.get_sample_value
+            labels = {"provider": "anthropic", "model": "claude-sonnet-4-5", "kind": "cache_read"}
+            assert (sample("agentcache_prompt_tokens_total", {**labels, "source": "keep_warm"}) or 0) > 0
+            assert sample("agentcache_session_events_total", {"event": "turn"}) == 3
             assert len(state.keep_warm) == 0
 
     asyncio.run(scenario())

@@ -215,8 +215,7 @@ def test_prometheus_sink_counts_events_and_tokens(quiet: None) -> None:
     registry = prometheus_client.CollectorRegistry()
     sessions = Sessions(provider="anthropic", sinks=[PrometheusSink(registry)])
     with sessions.session() as s:
-        turn(s, body(1))
-        turn(s, body(2))
+        reports = [turn(s, body(1)), turn(s, body(2))]
         s.fork("sub").close()
 
     def value(name: str, **labels: str) -> float:
@@ -228,7 +227,11 @@ def test_prometheus_sink_counts_events_and_tokens(quiet: None) -> None:
     assert value("agentcache_session_events_total", event="fork") == 1
     assert value("agentcache_session_events_total", event="close") == 2
     assert value("agentcache_session_events_total", event="retry") == 0
-    assert value("agentcache_prompt_tokens_total", kind="cache_read") == 2000
+    tokens = {"provider": "anthropic", "model": "claude-sonnet-4-5", "source": "turn"}
+    assert value("agentcache_prompt_tokens_total", kind="cache_read", **tokens) == 2000
+    assert value("agentcache_prompt_tokens_total", kind="uncached", **tokens) == 20
+    cost = value("agentcache_cost_usd_total", provider="anthropic", model="claude-sonnet-4-5", arm="reported")
+    assert cost == pytest.approx(sum(r.cost_usd for r in reports)) and cost > 0
 
 
 # ---- subagents: the must-shows --------------------------------------------------------------------------------

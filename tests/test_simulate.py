@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentcache.model import _causes as C
-from agentcache.model._canonical import Builder, CanonicalRequest
+from agentcache.model._build import Builder
+from agentcache.model._canonical import CanonicalRequest
 from agentcache.model._rules import anthropic_rules, openai_rules
 from agentcache.model._tokens import TokenCounter
 from agentcache.simulate import AnthropicSimulator, IdealSimulator, OpenAISimulator, cached_tokens

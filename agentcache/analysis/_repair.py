@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..model._canonical import Block, CanonicalRequest, common_prefix, rebuild, unmarked, value_digest
+from ..model._build import rebuild
+from ..model._canonical import Block, CanonicalRequest, common_prefix, unmarked, value_digest
 from ..model._causes import (
     CACHE_KEY_CHANGED,
     MESSAGES_SERIALIZATION,

@@ -181,8 +181,8 @@ async def _finish(
         if outcome.status == "upstream_error":
             state.metrics.upstream_errors.labels(route, "stream_cut").inc()
         usage = outcome.usage
-        if usage is not None:
-            state.count_usage(provider, model, usage)
+        if usage is not None and (turn is None or not turn.committed):  # a committed turn's: from its event
+            state.count_usage(provider, model, usage, "untracked" if turn is None else "uncommitted")
         fields: dict[str, Any] = {}
         if turn is not None:
             report = (

@@ -6,7 +6,7 @@ The same per-arm :class:`~agentcache.analysis.Ledger` as ``agentcache audit``, p
   an unknown model costs 0);
 * ``as_sent`` and ``agentcache`` (when ``simulate`` is on): the target's simulator replaying the client's original
   requests and the requests agentcache sent, through one shared simulated cache per tenant and target. Their
-  difference is the money agentcache saved; the ``agentcache_proxy_saved_usd`` gauge follows it.
+  difference is the money agentcache saved; the ``agentcache_saved_usd`` gauge follows it.
 
 Bounded: the most recent ``max_sessions`` sessions and ``max_records`` breaks and misses, a few simulated caches
 and prefixes (see the ledger), and the provider/model names seen (the most common ``max_names``).
@@ -19,9 +19,11 @@ from typing import Any
 
 from ..analysis._ledger import Ledger
 from ..analysis._report import AuditReport
+from ..model._types import TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
-from ._metrics import ProxyMetrics, model_label
+from ..session._metrics import provider_label
+from ._metrics import ProxyMetrics
 
 __all__ = ["LIVE_ARMS", "LiveReport"]
 
@@ -54,19 +56,9 @@ class LiveReport:
         self._count(self.providers, provider)
         self._count(self.models, model)
         done = self.ledger.record(session, turn.signal.turn, prepared, scope=tenant, usage=usage, target=target)
-        if self.metrics is None:
-            return
-        label = model_label(provider, model)
-        if done.reported is not None:
-            self.metrics.cost.labels(provider, label, "reported").inc(done.reported.cost_usd)
-        if done.brk is not None:
-            self.metrics.breaks.labels(provider, done.brk.cause, str(done.brk.repaired).lower()).inc()
-        for miss in done.misses:
-            self.metrics.misses.labels(provider, miss.arm, miss.cause).inc()
-        for arm, res in done.results.items():
-            self.metrics.cost.labels(provider, label, arm).inc(res.usage.cost_usd)
-        if "as_sent" in done.results:
-            self.metrics.add_saved(done.results["as_sent"].usage.cost_usd - done.results["agentcache"].usage.cost_usd)
+        if self.metrics is not None:  # the reported arm's cost comes from the turn's event
+            label = provider_label(turn.api, target.kind == TargetKind.ENGINE)
+            self.metrics.sink.record(label, model, done)
 
     def _count(self, counts: Counter[str], name: str) -> None:
         counts[name] += 1

@@ -246,16 +246,11 @@ class ProxyState:
 
     def _keep_warm_sent(self, outcome: str, usage: CacheUsage | None, model: str) -> None:
         self.metrics.keep_warm.labels(outcome).inc()
-        if usage is not None:
-            self.count_usage("anthropic", model, usage)
+        if usage is not None:  # no turn, but the upstream processed the prompt: counted as source keep_warm
+            self.count_usage("anthropic", model, usage, "keep_warm")
 
-    def count_usage(self, provider: str, model: str, usage: CacheUsage) -> None:
-        """Reported token counts."""
-        label = model_label(provider, model)
-        for kind, value in (
-            ("prompt", usage.prompt_tokens),
-            ("cache_read", usage.cache_read_tokens),
-            ("cache_write", usage.cache_write_tokens),
-            ("uncached", usage.uncached_tokens),
-        ):
-            self.metrics.tokens.labels(provider, label, kind).inc(value)
+    def count_usage(self, provider: str, model: str, usage: CacheUsage, source: str) -> None:
+        """Reported token counts of a request that is no committed turn (``source``: ``uncommitted``,
+        ``untracked`` or ``keep_warm``); a committed turn's are counted from its ``turn`` event by
+        :attr:`metrics.sink <agentcache.proxy._metrics.ProxyMetrics.sink>`, like in every other door."""
+        self.metrics.sink.count_tokens(provider, model, usage, source)

@@ -125,7 +125,11 @@ def build_plan(options: ServeOptions, tools: Toolchain | None = None) -> ServePl
 
     if options.proxy and tools.proxy:
         kind = (
-            "llama" if engine == "llama.cpp" else "sglang" if options.session_cache and options.prefix_cache else "none"
+            "llama.cpp"
+            if engine == "llama.cpp"
+            else "sglang"
+            if options.session_cache and options.prefix_cache
+            else "none"
         )
         argv = proxy_argv(tools.python, engine_url, kind, options.host, options.port)
         processes.append(

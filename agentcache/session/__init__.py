@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from ._identity import LOCAL_TENANT, Identity, checkpoints_of, conversation_of, new_session_id
 from ._lifecycle import Sink, annotate, emit
+from ._metrics import TOKEN_SOURCES, PrometheusSink, model_label, provider_label
 from ._pipeline import Learned, PipelineState, Prepared, ScopeMemory, SessionPipeline
 from ._session import UNSET, Session
 from ._sessions import DEFAULT_IDLE_TIMEOUT, Lineage, SessionClosedError, Sessions
-from ._sinks import PrometheusSink, SGLangSink
+from ._sinks import SGLangSink
 from ._store import AsyncSessionStore, MemoryStore, Opened, SessionStore, StoreUnavailable, Tombstone
 from ._turn import Turn, build_report
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "LOCAL_TENANT",
+    "TOKEN_SOURCES",
     "UNSET",
     "AsyncSessionStore",
     "Identity",
@@ -41,5 +43,7 @@ __all__ = [
     "checkpoints_of",
     "conversation_of",
     "emit",
+    "model_label",
     "new_session_id",
+    "provider_label",
 ]

@@ -24,44 +24,18 @@ from .._config import Settings, get_settings
 from ..adapters import apply, canonicalize, reshaped
 from ..analysis._diagnose import Divergence, diagnose
 from ..analysis._repair import RepairPlan, Sent, ToolMemory, plan_repairs, repaired_request
-from ..model._canonical import BlockCache, CanonicalRequest, rebuild, unmarked, value_digest, with_markers
+from ..model._build import BlockCache, rebuild
+from ..model._canonical import CanonicalRequest, unmarked, with_markers
 from ..model._causes import MESSAGES_EDITED, REPAIRABLE_BREAKS, Cause
 from ..model._rawjson import RawBody
 from ..model._types import Api
 from ..policies import KeepWarmDecision, KeyPlanner, TTLDecision
-from ..policies.volatility import VolatileMemory, move_volatile
+from ..policies.volatility import move_volatile
 from ..targets import PlanInput, Target, TargetPlan, target_named
+from ._snapshot import restore, snapshot
+from ._state import Learned, PipelineState
 
 __all__ = ["Learned", "PipelineState", "Prepared", "ScopeMemory", "SessionPipeline"]
-
-
-@dataclass(frozen=True, slots=True)
-class Learned:
-    """What the client's own history says about its next request: the message indices it rewrote
-    (``edit_points``), the trailing blocks it sends once and drops (``ephemeral_tail``), and the message it is
-    expected to rewrite next (``rewrite_at``, from the stride of its rewrites)."""
-
-    edit_points: tuple[int, ...] = ()
-    ephemeral_tail: int = 0
-    rewrite_at: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PipelineState:
-    """A session's memory between turns. ``sent``: what went out last (None before the first request);
-    ``client_body``: the client's own last body when it differs from ``sent.body``; ``tools``: tool definitions
-    by meaning and the order sent; ``routing_key``: the ``prompt_cache_key`` agentcache chose; ``times``: the
-    last 32 request times (seconds), ``timed`` False once one came without a time; ``learned``: client habits;
-    ``volatile``: system lines seen changing (setting ``move_volatile``)."""
-
-    sent: Sent | None = None
-    client_body: Mapping[str, Any] | None = None
-    tools: ToolMemory = field(default_factory=ToolMemory)
-    routing_key: str | None = None
-    times: tuple[float, ...] = ()
-    timed: bool = True
-    learned: Learned = field(default_factory=Learned)
-    volatile: VolatileMemory = field(default_factory=VolatileMemory)
 
 
 @dataclass(slots=True)
@@ -333,77 +307,3 @@ def _cache_key(last: Sent | None, planned: CanonicalRequest) -> str | None:
     if last is not None and last.cache_key is not None:
         return last.cache_key
     return planned.cache_key
-
-
-SNAPSHOT_VERSION = 1
-
-
-def snapshot(st: PipelineState, target: Target) -> dict[str, Any]:
-    """A session state as a JSON-ready document (:meth:`SessionPipeline.from_snapshot` rebuilds it): the target,
-    the last sent body and the client's own (when it differs), the re-sent forms, tool memory, routing key, times,
-    learned habits and volatile lines. Canonical requests are not stored: they are derived from the bodies."""
-    doc: dict[str, Any] = {"v": SNAPSHOT_VERSION, "target": target.engine.value if target.engine else target.name}
-    if st.sent is not None:
-        doc.update(
-            api=str(st.sent.request.api),
-            sent=st.sent.body,
-            client=st.client_body,
-            forms=sorted(st.sent.forms),
-            cache_key=st.sent.cache_key,
-        )
-    doc.update(
-        tools=list(st.tools.units.values()),
-        tool_order=list(st.tools.order),
-        routing_key=st.routing_key,
-        times=list(st.times),
-        timed=st.timed,
-        learned=[list(st.learned.edit_points), st.learned.ephemeral_tail, st.learned.rewrite_at],
-        volatile=[
-            sorted(st.volatile.patterns),
-            [list(x) for x in st.volatile.last_lines],
-            list(st.volatile.moved.items()),
-        ],
-    )
-    return doc
-
-
-def restore(pipe: SessionPipeline, doc: Mapping[str, Any]) -> None:
-    """Install the state of a :func:`snapshot` document into a fresh ``pipe``. Raises KeyError/ValueError/InputError
-    for a document that is not one (the caller then starts the session over)."""
-    if doc.get("v") != SNAPSHOT_VERSION:
-        raise ValueError(f"unknown snapshot version {doc.get('v')!r}")
-    sent: Sent | None = None
-    tools = ToolMemory()
-    if doc.get("sent") is not None:
-        api = Api(doc["api"])
-        pipe.cache.begin()
-        request = canonicalize(api, doc["sent"], cache=pipe.cache)
-        client_body = doc.get("client")
-        client = canonicalize(api, client_body, cache=pipe.cache) if client_body is not None else request
-        forms = {
-            int(k): unmarked(request.blocks[slice(*request.message_span(int(k)))])
-            for k in doc.get("forms", ())
-            if int(k) < request.messages
-        }
-        sent = Sent(request, doc["sent"], client, forms, doc.get("cache_key"))
-        units = list(doc.get("tools") or ())
-        if units:
-            shell = {"model": request.model, "tools": units, "input" if api == Api.OPENAI_RESPONSES else "messages": []}
-            blocks = [b for b in canonicalize(api, shell).blocks if b.section == "tool"]
-            tools = ToolMemory(
-                {value_digest(b): u for b, u in zip(blocks, units, strict=True)},
-                {value_digest(b): b for b in blocks},
-                tuple(doc.get("tool_order") or ()),
-            )
-    edits, tail, rewrite = doc.get("learned") or ((), 0, None)
-    patterns, lines, moved = doc.get("volatile") or ((), (), ())
-    pipe.state = PipelineState(
-        sent,
-        doc.get("client") if sent is not None else None,
-        tools,
-        doc.get("routing_key"),
-        tuple(float(t) for t in doc.get("times") or ()),
-        bool(doc.get("timed", True)),
-        Learned(tuple(int(e) for e in edits), int(tail), None if rewrite is None else int(rewrite)),
-        VolatileMemory(frozenset(patterns), tuple(tuple(x) for x in lines), {int(k): str(v) for k, v in moved}),
-    )

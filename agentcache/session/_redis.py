@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._log import get_logger
 from ._identity import index_entries, match_checkpoints
-from ._pipeline import snapshot
+from ._snapshot import snapshot
 from ._store import Opened, SessionFactory, StoreUnavailable
 
 if TYPE_CHECKING:

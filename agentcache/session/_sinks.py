@@ -1,6 +1,7 @@
 """Lifecycle sinks that ship with agentcache: :class:`SGLangSink` (session-aware caching on SGLang) and
-:class:`PrometheusSink` (event and token counters). A sink is any callable taking a
-:class:`~agentcache.LifecycleEvent`; see :mod:`agentcache.session._lifecycle`.
+:class:`PrometheusSink` (the turn-level metrics, defined once in :mod:`agentcache.session._metrics` and
+re-exported here). A sink is any callable taking a :class:`~agentcache.LifecycleEvent`; see
+:mod:`agentcache.session._lifecycle`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from urllib.parse import urlsplit
 
 from .._exceptions import ConfigError
 from .._log import get_logger
-from ..model._fields import EVENTS, LifecycleEvent, SessionSignal
+from ..model._fields import LifecycleEvent, SessionSignal
+from ._metrics import PrometheusSink
 
 __all__ = ["PrometheusSink", "SGLangSink"]
 
@@ -161,36 +163,3 @@ class SGLangSink:
             self._pool.shutdown(wait=True)
         if self._client is not None:
             self._client.close()
-
-
-class PrometheusSink:
-    """Prometheus counters: ``<namespace>_session_events_total{event}`` per lifecycle event, and
-    ``<namespace>_prompt_tokens_total{kind}`` (``cache_read``, ``cache_write``, ``uncached``) from
-    turn usage. ``registry``: a ``prometheus_client.CollectorRegistry`` (default: the global one;
-    registering the same names twice in one registry raises ``ValueError``)."""
-
-    def __init__(self, registry: Any = None, namespace: str = "agentcache") -> None:
-        prometheus = _optional("prometheus_client", "PrometheusSink")
-        reg = registry if registry is not None else prometheus.REGISTRY
-        counter = prometheus.Counter
-        self.events = counter(
-            "session_events", "agentcache session lifecycle events", ["event"], namespace=namespace, registry=reg
-        )
-        self.tokens = counter(
-            "prompt_tokens",
-            "Prompt tokens of wrapped requests by cache outcome",
-            ["kind"],
-            namespace=namespace,
-            registry=reg,
-        )
-        for name in EVENTS:  # export every series from the start, at 0
-            self.events.labels(event=name)
-
-    def __call__(self, event: LifecycleEvent) -> None:
-        """Count ``event`` (and its usage, for turns)."""
-        self.events.labels(event=event.event).inc()
-        usage = event.report.usage if event.report is not None else None
-        if usage is not None:
-            self.tokens.labels(kind="cache_read").inc(usage.cache_read_tokens)
-            self.tokens.labels(kind="cache_write").inc(usage.cache_write_tokens)
-            self.tokens.labels(kind="uncached").inc(usage.uncached_tokens)
