@@ -62,16 +62,31 @@ app = typer.Typer(
 
 
 class _Errors:
-    """Counts bad-input errors and prints each as one line on stderr."""
+    """Counts bad-input errors and prints each as one line on stderr. Errors about single records are held
+    until :meth:`flush`, which prints them in file and record order (loading finds some, the audit others)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self._held: list[InputError] = []
 
     def add(self, message: str) -> None:
         """Print ``agentcache: error: <message>`` (newlines folded) and count it."""
         self.count += 1
         one_line = " ".join(message.split("\n"))
         typer.echo(f"agentcache: error: {one_line}", err=True)
+
+    def record(self, err: InputError) -> None:
+        """Count a bad record's error; printed by :meth:`flush`."""
+        self.count += 1
+        self._held.append(err)
+
+    def flush(self) -> None:
+        """Print the held record errors, ordered by file (in argument order) and record index."""
+        files = {e.source: i for i, e in reversed(list(enumerate(self._held)))}
+        held, self._held = self._held, []
+        for err in sorted(held, key=lambda e: (files[e.source], -1 if e.record is None else e.record)):
+            self.count -= 1
+            self.add(str(err))
 
 
 def _fail(message: str) -> typer.Exit:
@@ -143,10 +158,14 @@ def audit_command(
     fmt_name = fmt.value if fmt is not None else None
     records = _load_all(paths, fmt_name, None if tools is None else str(tools), errors)
     if not records:
+        errors.flush()
         if not errors.count:
             errors.add("no records to audit in " + ", ".join(str(p) for p in paths))
         raise typer.Exit(EXIT_BAD_INPUT)
-    report = _audit_all(records, provider.value if provider else None, model, errors, compare)
+    try:
+        report = _audit_all(records, provider.value if provider else None, model, errors, compare)
+    finally:
+        errors.flush()
     if report is not None:
         if json_output:
             typer.echo(json.dumps(report.to_dict(), indent=2))
@@ -175,7 +194,7 @@ def _load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: _Er
             errors.add(f"{path}: cannot load ({type(exc).__name__}: {exc})")
             continue
         for err in result.errors:
-            errors.add(str(err))
+            errors.record(err)
         if not result.records and not result.errors:
             errors.add(f"{path}: no records to audit")
         log.info(
@@ -199,7 +218,7 @@ def _audit_all(
         errors.add(str(exc))
         return None
     for err in report.errors:
-        errors.add(str(err))
+        errors.record(err)
     log.info("audit.done", provider=report.provider, model=report.model, requests=len(records))
     return report if report.turns else None
 
@@ -314,7 +333,11 @@ def proxy_command(
         typer.Option("--config", help="TOML file: \\[proxy] for the proxy, \\[agentcache] for the pipeline."),
     ] = None,
     engine: Annotated[
-        str | None, typer.Option(help="sglang: add session_id and post /close_session; llama; none (default).")
+        str | None,
+        typer.Option(
+            help="The local engine behind --upstream: sglang (session_id, /close_session), llama.cpp (id_slot), "
+            "vllm or other. Default (none): detected from a URL upstream's info endpoints, else a provider."
+        ),
     ] = None,
     admin_token: Annotated[
         str | None,
@@ -412,6 +435,7 @@ def replay_command(
 
     errors = _Errors()
     records = _load_all(paths, fmt.value if fmt is not None else None, None if tools is None else str(tools), errors)
+    errors.flush()
     if not records:
         if not errors.count:
             errors.add("no records to replay in " + ", ".join(str(p) for p in paths))

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._exceptions import ConfigError
@@ -84,8 +84,20 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         env = Settings()
         merged = {**data, **{k: v for k, v in env.model_dump().items() if k in env.model_fields_set}}
         return Settings.model_validate({**merged, **overrides})
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, path)) from None
     except ValueError as exc:
         raise ConfigError(f"invalid settings: {exc}") from None
+
+
+def _explain(exc: ValidationError, path: str | Path | None) -> str:
+    """One line per bad value of ``exc``: the setting, where it can come from, the value and what is expected."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        name = ".".join(str(p) for p in err["loc"]) or "settings"
+        where = f"AGENTCACHE_{name.upper()}" + (f" or {name} in {path}" if path is not None else "")
+        parts.append(f"invalid setting {name} ({where}): {err.get('input')!r}: {err['msg']}")
+    return "; ".join(parts)
 
 
 def configure(path: str | Path | None = None, **overrides: Any) -> Settings:

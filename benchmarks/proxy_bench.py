@@ -17,7 +17,9 @@ Run: ``python benchmarks/proxy_bench.py [--quick] [--litellm PATH] [--json OUT]`
 * Load: a lean asyncio HTTP/1.1 client (one keep-alive connection per stream, ``TCP_NODELAY``) in this
   process. Each stream replays its own agent conversation built from real tau-bench runs (airline policy as
   system prompt, the 14 airline tools, real messages): request bodies of about 50 KB that grow turn by turn,
-  a new conversation every 10 turns. At 1 and at 64 concurrent streams, after a warm-up.
+  a new conversation every 10 turns. At 1 stream the targets are interleaved request by request (each
+  turn's body goes to every target back to back, :func:`interleaved`); at 64 concurrent streams each target
+  is loaded in turn. Both after a warm-up.
 * Figures: p50 and p99 of time to first body byte (TTFB) and of the whole response, per target; *added* is
   the target's percentile minus ``direct``'s; and agentcache's added latency as a share of LiteLLM's.
 
@@ -247,6 +249,34 @@ async def load(
     return {"n": len(total), "errors": errors, "ttfb": _pcts(ttfb), "total": _pcts(total)}
 
 
+async def interleaved(
+    targets: dict[str, tuple[int, str]], per: int, warmup: int, convs: Conversations
+) -> dict[str, dict[str, Any]]:
+    """One stream per target, request by request in turn: every target gets the same body of the same
+    conversation back to back (the order rotating each turn), so a slow spell of a shared VM lands on all
+    targets alike instead of on whichever ran during it. ``per`` measured requests each after ``warmup``."""
+    names = list(targets)
+    conns = {name: Conn(port) for name, (port, _) in targets.items()}
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
+    errors = dict.fromkeys(names, 0)
+    bodies: list[bytes] = []
+    for n in range(warmup + per):
+        if not bodies:
+            bodies = convs.session(0)
+        body = bodies.pop(0)
+        for name in names[n % len(names) :] + names[: n % len(names)]:
+            status, t1, t2 = await conns[name].post(targets[name][1], body, "sk-bench-0")
+            if status != 200:
+                errors[name] += 1
+            elif n >= warmup:
+                times[name][0].append(t1)
+                times[name][1].append(t2)
+    return {
+        name: {"n": len(t[1]), "errors": errors[name], "ttfb": _pcts(t[0]), "total": _pcts(t[1])}
+        for name, t in times.items()
+    }
+
+
 def _pcts(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
     if not xs:
@@ -391,11 +421,11 @@ def main() -> None:
         if args.baseline:
             out = subprocess.run([args.baseline, __file__, "--breakdown-only"], capture_output=True, check=True)
             results["baseline_breakdown"] = json.loads(out.stdout)
-        for streams, per in ((1, 60 if args.quick else 300), (64, 4 if args.quick else 20)):
-            level: dict[str, Any] = {}
-            for name, (port, path) in targets.items():
-                level[name] = asyncio.run(load(port, path, streams, per, 3, convs))
-            results["levels"][streams] = level
+        results["levels"][1] = asyncio.run(interleaved(targets, 60 if args.quick else 600, 10, convs))
+        level: dict[str, Any] = {}
+        for name, (port, path) in targets.items():
+            level[name] = asyncio.run(load(port, path, 64, 4 if args.quick else 20, 3, convs))
+        results["levels"][64] = level
         if args.memory:  # 20,000 requests over 2,000 new sessions, in 10 rounds; RSS after each
             rss = [_rss_kb(ac.pid)]
             for _ in range(10):

@@ -170,6 +170,22 @@ def test_malformed_body_found_by_the_audit(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["totals"]["as_sent"]["requests"] == 3
 
 
+def test_record_errors_are_printed_in_record_order(tmp_path: Path) -> None:
+    """The audit finds record 1's problem after loading found records 2 and 3's: printed 1, 2, 3."""
+    path = k01_jsonl(
+        tmp_path,
+        {
+            1: {"session": "s", "api": "anthropic.messages", "body": {"model": "x"}},
+            2: {"session": "s", "api": "anthropic.messages", "body": "oops"},
+            3: {"session": "", "api": "anthropic.messages", "body": {}},
+        },
+    )
+    result = invoke("audit", path, "--json")
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert [line.split(" record ")[1].split(":")[0] for line in lines] == ["1", "2", "3"]
+
+
 def test_internal_failure_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     """A failure no single record reproduces is agentcache's own bug: it is not disguised as bad input."""
 

@@ -166,8 +166,16 @@ def test_settings_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("AGENTCACHE_MARKERS", "merge")
     s = load_settings(cfg)
     assert (s.markers, s.ttl_policy) == ("merge", "1h")  # environment beats the file
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as bad:
         load_settings(cfg, ttl_policy="2h")
+    assert str(bad.value) == (
+        f"invalid setting ttl_policy (AGENTCACHE_TTL_POLICY or ttl_policy in {cfg}): '2h': "
+        "Input should be 'auto', '5m' or '1h'"
+    )
+    monkeypatch.setenv("AGENTCACHE_OPENAI_RPM_PER_KEY", "-1")
+    with pytest.raises(ConfigError, match=r"^invalid setting openai_rpm_per_key \(AGENTCACHE_OPENAI_RPM_PER_KEY\)"):
+        load_settings()
+    monkeypatch.delenv("AGENTCACHE_OPENAI_RPM_PER_KEY")
     cfg.write_text("not toml [")
     with pytest.raises(ConfigError):
         load_settings(cfg)

@@ -255,3 +255,13 @@ def test_client_leaving_right_after_the_terminal_event_is_a_complete_exchange() 
     run(scenario(cut_after=2))  # both events delivered, then the client left
     run(scenario(cut_after=1))  # left after message_start: gave up mid-stream
     assert [o.status for o in outcomes] == ["complete", "client_gone"]
+
+
+def test_relayed_error_format_follows_the_clients_headers() -> None:
+    from agentcache.proxy._errors import style_for
+
+    assert style_for("/v1/models", "url", {"x-api-key": "k"}) == "anthropic"  # an Anthropic SDK's GET
+    assert style_for("/v1/models", "url", {"anthropic-version": "2023-06-01"}) == "anthropic"
+    assert style_for("/v1/models", "url", {"authorization": "Bearer k"}) == "openai"
+    assert style_for("/v1/models", "anthropic", {}) == "anthropic"
+    assert style_for("/v1/chat/completions", "url", {"x-api-key": "k"}) == "openai"  # the route decides

@@ -151,3 +151,25 @@ def test_ideal_reuses_everything_sent_and_writes_only_what_is_read() -> None:
     assert first.cache_write_tokens == 1000 and first.uncached_tokens == 0
     assert second.cache_write_tokens == 0 and second.uncached_tokens == 200
     assert third.cache_read_tokens == 500
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "known"),
+    [
+        ("claude-opus-4-20250514", "claude-opus-4", True),  # a dated snapshot of a listed model
+        ("claude-opus-4-1-20250805", "claude-opus-4-1", True),
+        ("claude-3-5-sonnet-20241022-v2:0", "claude-3-5-sonnet", True),
+        ("claude-opus-4-8", "claude-sonnet-4-5", False),  # a newer minor version: unknown, not Opus 4's price
+        ("claude-sonnet-5", "claude-sonnet-4-5", False),
+    ],
+)
+def test_model_ids_match_whole_versions(model: str, key: str, known: bool) -> None:
+    rules = anthropic_rules(model)
+    assert (rules.model, rules.known) == (key, known)
+    assert rules.input_usd_per_mtok == anthropic_rules(key).input_usd_per_mtok
+
+
+def test_openai_model_ids_match_whole_versions() -> None:
+    assert (openai_rules("gpt-4o-2024-08-06").model, openai_rules("gpt-4o-2024-08-06").known) == ("gpt-4o", True)
+    assert openai_rules("gpt-4o-mini").model == "gpt-4o-mini"
+    assert openai_rules("gpt-5-1").known is False  # gpt-5.1 is not gpt-5

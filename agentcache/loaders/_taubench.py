@@ -35,7 +35,8 @@ def find_tools(path: Path, tools_path: str | None) -> Path:
         if candidate.is_file():
             return candidate
     raise InputError(
-        f"no tool schemas found next to the file ({domain}_tools.json or tools.json); pass tools_path",
+        f"no tool schemas found next to the file ({domain}_tools.json or tools.json); "
+        "name them with --tools FILE (tools_path= in Python)",
         source=str(path),
     )
 

@@ -3,7 +3,8 @@
 The data file carries the source of every number. Model ids are matched after normalisation:
 lower case, ``.`` → ``-``, a trailing ``-YYYYMMDD`` / ``-latest`` and a ``provider/`` prefix removed,
 then the longest table key that is a prefix of the id wins (``claude-sonnet-4-5-20250929`` →
-``claude-sonnet-4-5``).
+``claude-sonnet-4-5``), unless what follows the key is another version number (``claude-opus-4-8`` is not
+``claude-opus-4``): such an id is unknown and gets the provider's default model.
 """
 
 from __future__ import annotations
@@ -84,13 +85,25 @@ def normalize_model(model: str) -> str:
     return m
 
 
+def _covers(key: str, model: str) -> bool:
+    """Whether table key ``key`` names normalised id ``model``: the same id, or ``key`` followed by a suffix
+    that is not another version number (``claude-opus-4-8`` is a newer model than ``claude-opus-4``, not a
+    variant of it, so it must not get Opus 4's price)."""
+    if model == key:
+        return True
+    if not model.startswith(key + "-"):
+        return False
+    nxt = model[len(key) + 1 :].split("-", 1)[0]
+    return not (nxt.isdigit() and len(nxt) <= 2)
+
+
 def _lookup(provider: str, model: str | None) -> tuple[str, dict[str, Any], bool]:
     if provider not in PROVIDERS:
         raise ConfigError(f"unknown provider {provider!r}; expected one of {PROVIDERS}")
     section = _table()[provider]
     models: dict[str, Any] = section["models"]
     key = normalize_model(model) if model else ""
-    best = max((k for k in models if key.startswith(k)), key=len, default=None)
+    best = max((k for k in models if _covers(k, key)), key=len, default=None)
     if best is None:
         return section["default_model"], models[section["default_model"]], False
     return best, models[best], True

@@ -235,7 +235,7 @@ def _flat(obj: Any) -> dict[str, Any]:
 async def relay(state: ProxyState, request: Request) -> Response:
     """Relay a non-pipeline request untouched (body streamed), and its response chunk by chunk."""
     path = request.url.path
-    style = style_for(path, state.config.upstream_kind)
+    style = style_for(path, state.config.upstream_kind, request.headers)
     headers = request_headers(request.headers.raw, pipeline=False)
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     content = request.stream() if has_body else None

@@ -14,6 +14,7 @@ Formats (names as on the wire):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Literal
 
 import httpx
@@ -61,12 +62,16 @@ def api_for_path(path: str) -> str | None:
     return ROUTES.get(path.rstrip("/") or "/")
 
 
-def style_for(path: str, upstream_kind: str) -> Style:
-    """Error format for a request: by route, else Anthropic for ``/v1/messages*`` or an Anthropic upstream."""
+def style_for(path: str, upstream_kind: str, headers: Mapping[str, str] | None = None) -> Style:
+    """Error format for a request: by route; else Anthropic for ``/v1/messages*``, for a request carrying
+    Anthropic's headers (``anthropic-version`` or ``x-api-key``, as the Anthropic SDKs send on every call,
+    ``GET /v1/models`` included) or for an Anthropic upstream; else OpenAI."""
     api = api_for_path(path)
     if api is not None:
         return "anthropic" if api == "anthropic.messages" else "openai"
     if path.startswith("/v1/messages") or upstream_kind == "anthropic":
+        return "anthropic"
+    if headers is not None and ("anthropic-version" in headers or "x-api-key" in headers):
         return "anthropic"
     return "openai"
 
