@@ -227,3 +227,22 @@ def test_ephemeral_trailing_block_is_not_marked_once_learned() -> None:
     for t in turns[3:]:
         assert t.arms["agentcache"].cache_read_tokens == t.arms["ideal"].cache_read_tokens
     assert turns[3].arms["agentcache"].cache_read_tokens > turns[3].arms["as_sent"].cache_read_tokens
+
+
+def test_openai_rpm_per_key_setting_reaches_the_key_planner() -> None:
+    """``openai_rpm_per_key`` decides when sessions of one prefix family are spread over several keys."""
+    from agentcache import Sessions
+
+    def keys(rpm: float) -> set[str]:
+        sessions = Sessions(settings=Settings(openai_rpm_per_key=rpm))
+        out = set()
+        for i in range(8):  # 8 sessions of one family within 8 seconds
+            body = {"model": "gpt-4o", "messages": [{"role": "system", "content": "Be careful. " * 400},
+                                                     {"role": "user", "content": f"task {i}"}]}  # fmt: skip
+            turn = sessions.session(f"s{i}").begin("openai.chat", body, now=100.0 + i)
+            assert turn.commit()
+            out.add(turn.body["prompt_cache_key"])
+        return out
+
+    assert len(keys(15)) == 1  # 8 requests/min: one key carries them
+    assert len(keys(2)) > 1  # above 2 requests/min the family is sharded
