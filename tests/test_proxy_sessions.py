@@ -221,18 +221,22 @@ def test_sglang_gets_session_id_and_close_session() -> None:
 
 
 def test_match_rule_prefers_heads_then_deep_inner_checkpoints() -> None:
-    from agentcache.session._identity import checkpoints_of, match_checkpoints
+    from agentcache.session._identity import Checkpoints, checkpoints_of, match_checkpoints
 
     msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(8)]
-    cps = checkpoints_of("anthropic.messages", {"messages": msgs})
-    assert checkpoints_of("openai.chat", {"messages": msgs}) != cps  # one API per session
+    cps = checkpoints_of("anthropic.messages", {"messages": msgs}).chain
+    assert checkpoints_of("openai.chat", {"messages": msgs}).chain != cps  # one API per session
     index = {cps[6]: ("long", False), cps[2]: ("long", False), cps[0]: ("short", True)}
-    assert match_checkpoints(cps[:8], index.get, 2) == "short"  # a head wins over deeper history
+    assert match_checkpoints(Checkpoints(cps[:8]), index.get, 2) == "short"  # a head wins over deeper history
     del index[cps[0]]
-    assert match_checkpoints(cps[:8], index.get, 2) == "long"  # deepest inner checkpoint below the request
-    assert match_checkpoints(cps[:7], index.get, 2) == "long"  # cps[6] is the whole request: cps[2] decides
-    assert match_checkpoints(cps[:3], index.get, 2) is None  # a prefix of another session's history
-    assert match_checkpoints(cps[:2], {cps[0]: ("x", False)}.get, 2) is None  # one shared message is not enough
+    assert match_checkpoints(Checkpoints(cps[:8]), index.get, 2) == "long"  # deepest inner checkpoint below the request
+    assert (
+        match_checkpoints(Checkpoints(cps[:7]), index.get, 2) == "long"
+    )  # cps[6] is the whole request: cps[2] decides
+    assert match_checkpoints(Checkpoints(cps[:3]), index.get, 2) is None  # a prefix of another session's history
+    assert (
+        match_checkpoints(Checkpoints(cps[:2]), {cps[0]: ("x", False)}.get, 2) is None
+    )  # one shared message is not enough
     marked = [dict(m) for m in msgs]
     marked[1] = {
         "role": "assistant",

@@ -101,8 +101,8 @@ def test_checkpoints_from_source_ignore_markers_the_client_moves() -> None:
     ]}  # fmt: skip
     a = checkpoints_of("anthropic.messages", *loads(json.dumps(first).encode()))
     b = checkpoints_of("anthropic.messages", *loads(json.dumps(second).encode()))
-    assert a[0] == b[0]
-    assert len(b) == 3 and len(set(b)) == 3
+    assert a.chain[0] == b.chain[0]
+    assert len(b) == 3 and len(set(b.chain)) == 3
 
 
 def _tau_bodies() -> list[bytes]:

@@ -14,7 +14,7 @@ from hashlib import blake2b
 from typing import Any
 
 from ..model._types import Api
-from ..session import LOCAL_TENANT, Identity
+from ..session import LOCAL_TENANT, Identity, declared_by
 
 __all__ = ["ANONYMOUS", "header_value", "identity_of", "tenant_of"]
 
@@ -36,12 +36,23 @@ def tenant_of(headers: Mapping[str, str], salt: str) -> str:
 
 
 def identity_of(api: Api, headers: Mapping[str, str], body: Mapping[str, Any], tenant: str) -> Identity:
-    """Who a proxied request belongs to: ``x-agentcache-session`` / ``x-agentcache-parent``, else the OpenAI
+    """Who a proxied request belongs to: ``x-agentcache-session`` / ``x-agentcache-parent``, else what the client
+    declares (:func:`agentcache.session.declared_by`: Claude Code, Codex, opencode headers), else the OpenAI
     ``prompt_cache_key``, else the prefix index."""
     sid = (headers.get("x-agentcache-session") or "").strip()[:_MAX_ID] or None
     parent = (headers.get("x-agentcache-parent") or "").strip()[:_MAX_ID] or None
     key = body.get("prompt_cache_key") if api != Api.ANTHROPIC_MESSAGES else None
-    return Identity(tenant, sid, parent, key[:_MAX_ID] if isinstance(key, str) and key else None, infer=True)
+    declared = declared_by(headers)
+    return Identity(
+        tenant,
+        sid,
+        parent,
+        key[:_MAX_ID] if isinstance(key, str) and key else None,
+        infer=True,
+        declared=declared.session if declared is not None else None,
+        declared_parent=declared.parent if declared is not None else None,
+        declared_lineage=declared is not None and declared.lineage,
+    )
 
 
 def header_value(text: str) -> bytes:

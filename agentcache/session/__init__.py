@@ -3,7 +3,8 @@ per-session :class:`SessionPipeline`, lifecycle events and sinks, and the stores
 
 from __future__ import annotations
 
-from ._identity import LOCAL_TENANT, Identity, checkpoints_of, conversation_of, new_session_id
+from ._clients import CLIENTS, ClientDeclaration, Declared, declared_by
+from ._identity import LOCAL_TENANT, Checkpoints, Identity, checkpoints_of, conversation_of, new_session_id
 from ._lifecycle import Sink, annotate, emit
 from ._metrics import TOKEN_SOURCES, PrometheusSink, model_label, provider_label
 from ._pipeline import Learned, PipelineState, Prepared, ScopeMemory, SessionPipeline
@@ -14,11 +15,15 @@ from ._store import AsyncSessionStore, MemoryStore, Opened, SessionStore, StoreU
 from ._turn import Turn, build_report
 
 __all__ = [
+    "CLIENTS",
     "DEFAULT_IDLE_TIMEOUT",
     "LOCAL_TENANT",
     "TOKEN_SOURCES",
     "UNSET",
     "AsyncSessionStore",
+    "Checkpoints",
+    "ClientDeclaration",
+    "Declared",
     "Identity",
     "Learned",
     "Lineage",
@@ -42,6 +47,7 @@ __all__ = [
     "build_report",
     "checkpoints_of",
     "conversation_of",
+    "declared_by",
     "emit",
     "model_label",
     "new_session_id",

@@ -3,25 +3,30 @@ session of a request that names none.
 
 **Precedence** (docs/design.md, "Session identity precedence"): an explicit id (``x-agentcache-session`` /
 ``x-agentcache-parent``, a :class:`~agentcache.Session` object, a recorded session name) > what the client
-itself declares > the OpenAI ``prompt_cache_key`` > inference > a new id.
+itself declares (:mod:`agentcache.session._clients`) > the OpenAI ``prompt_cache_key`` > inference > a new id.
 
-**Inference.** A request's *checkpoints* are the hash chain over its conversation (compact JSON, cache markers
-stripped), one hash per message boundary. Tools, system and options are left out, so a reordered tool list, a
-changed date in the system prompt or a model switch still finds its session and is diagnosed as a break. Each
-live inferred session indexes the last ``index_checkpoints`` checkpoints of its latest request, the deepest one
-marked as its *head*. The new request's deepest checkpoint that is some session's head wins (the request
-extends, or repeats, that session's last request). Without one, its deepest checkpoint inside a session's
-history wins when it covers at least ``min_inner_match`` messages and the request goes beyond it (the client
-edited or elided history). Anything else starts a new session, so two conversations that merely open with the
-same first message stay apart. A checkpoint names one session, the last to send it: two sessions with
-identical histories cannot be told apart without an explicit id. Sessions with an explicit id are not indexed.
+**Inference.** A request's :class:`Checkpoints` are the hash chain over its conversation (compact JSON, cache
+markers stripped, a one-text-block content list read as its string), one hash per message boundary, and the
+digest of its *prefix* (tools and system). The chain leaves tools, system and options out, so a reordered tool
+list, a changed date in the system prompt or a model switch still finds its session and is diagnosed as a break.
+Each live inferred session indexes the last ``index_checkpoints`` checkpoints of its latest request, the deepest
+one marked as its *head*, plus that head keyed by its prefix digest. A request **continues** a session when its
+conversation strictly extends that session's last request (the client appended at least the answer): the
+deepest such head with the same prefix wins, else the deepest such head with any prefix. Without one, its
+deepest checkpoint inside a session's history wins when it covers at least ``min_inner_match`` messages and the
+request goes beyond it (the client edited or elided history). Anything else starts a new session: a request
+that merely *equals* another session's last request is a new conversation (a second run of the same task, two
+agents with the same opening), so a conversation, once given a session, keeps it. Two conversations with the
+same prefix and identical histories cannot be told apart without an explicit or declared id. Sessions with an
+explicit id are not indexed; a lineage the client declares (Claude Code's session id) is indexed on its own
+chain (``scope``), so inference inside it never reaches another lineage.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -31,6 +36,8 @@ from ..model._rawjson import RawBody, strip_markers
 
 __all__ = [
     "LOCAL_TENANT",
+    "NO_CHECKPOINTS",
+    "Checkpoints",
     "Identity",
     "checkpoints_of",
     "conversation_of",
@@ -43,6 +50,8 @@ __all__ = [
 LOCAL_TENANT = "anonymous"
 _MARKER_KEYS = frozenset({"cache_control", "prompt_cache_breakpoint"})
 _SYSTEM_ROLES = frozenset({"system", "developer"})
+_TEXT_TYPES = frozenset({"text", "input_text"})
+_TEXT_KEYS = frozenset({"type", "text", *_MARKER_KEYS})
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
@@ -51,8 +60,11 @@ class Identity:
     """What a door knows about whose request this is (see the module docstring for the precedence).
 
     ``tenant``: the namespace (the proxy's salted API-key hash; one tenant never sees another's sessions).
-    ``session``/``parent``: explicit ids. ``cache_key``: the client's ``prompt_cache_key``, taken as its session
-    id when nothing better names one. ``infer``: look the conversation up in the prefix index.
+    ``session``/``parent``: explicit ids. ``declared``/``declared_parent``: the session and parent ids the client
+    itself declares (:func:`agentcache.session.declared_by`); ``declared_lineage``: ``declared`` names the
+    client's whole lineage (its main conversation and the side requests it sends under the same id), so the
+    session inside it is inferred. ``cache_key``: the client's ``prompt_cache_key``, taken as its session id when
+    nothing better names one. ``infer``: look the conversation up in the prefix index.
     """
 
     tenant: str = LOCAL_TENANT
@@ -60,6 +72,32 @@ class Identity:
     parent: str | None = None
     cache_key: str | None = None
     infer: bool = False
+    declared: str | None = None
+    declared_parent: str | None = None
+    declared_lineage: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoints:
+    """A request's keys in the prefix index: ``chain`` (element ``k`` names conversation items ``0..k``) and
+    ``prefix``, the digest of its tools and system. :meth:`keyed` are the chain's hashes under that prefix."""
+
+    chain: tuple[bytes, ...] = ()
+    prefix: bytes = b""
+
+    def __len__(self) -> int:
+        return len(self.chain)
+
+    def keyed(self) -> tuple[bytes, ...]:
+        """Element ``k``: checkpoint ``k`` of a request with this prefix (the index keys a session's head so)."""
+        return tuple(blake2b(self.prefix + c, digest_size=16).digest() for c in self.chain)
+
+    def lookups(self) -> tuple[bytes, ...]:
+        """Every hash :func:`match_checkpoints` may look up: the chain, then :meth:`keyed`."""
+        return (*self.chain, *self.keyed())
+
+
+NO_CHECKPOINTS = Checkpoints()
 
 
 def new_session_id() -> str:
@@ -93,41 +131,103 @@ def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
     return [m for m in items if not (isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES)]
 
 
-def checkpoints_of(api: str, body: Mapping[str, Any], raw: RawBody | None = None) -> tuple[bytes, ...]:
-    """Hash chain over a request's conversation: element ``k`` names items ``0..k`` (markers stripped), seeded
-    with the wire API (a session never spans two APIs). ``raw``: the body's source texts
-    (:func:`agentcache.model._rawjson.loads`); an item is then hashed as the client wrote it, markers cut out,
-    instead of encoded again (a client writes an unchanged item the same way every turn)."""
+def _text_block(item: Any) -> Any:
+    """``item`` with a one-text-block content list read as its string (the same message to a reader, and to
+    :mod:`agentcache.analysis._repair`); None when it has no such list."""
+    if not isinstance(item, dict):
+        return None
+    content = item.get("content")
+    if not (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)):
+        return None
+    block = content[0]
+    if block.get("type") not in _TEXT_TYPES or not isinstance(block.get("text"), str):
+        return None
+    if not block.keys() <= _TEXT_KEYS:
+        return None
+    return {**item, "content": block["text"]}
+
+
+def _prefix_units(api: str, body: Mapping[str, Any]) -> list[Any]:
+    """The tools and system units of a wire body (what precedes the conversation)."""
+    units: list[Any] = [body.get("tools")]
+    if api == "anthropic.messages":
+        units.append(body.get("system"))
+        return units
+    items = body.get("input") if api == "openai.responses" else body.get("messages")
+    units.append(body.get("instructions"))
+    if isinstance(items, list):
+        units += [m for m in items if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES]
+    return units
+
+
+def _bare(unit: Any) -> Any:
+    """``unit`` without cache markers on it or on its list elements (a system block list, a tool list)."""
+    if isinstance(unit, list):
+        return [_unmarked(u) if isinstance(u, dict) else u for u in unit]
+    return _unmarked(unit)
+
+
+def checkpoints_of(
+    api: str, body: Mapping[str, Any], raw: RawBody | None = None, *, scope: str | None = None
+) -> Checkpoints:
+    """The prefix-index keys of a request (see the module docstring): the hash chain over its conversation
+    (markers stripped), seeded with the wire API (a session never spans two APIs) and ``scope`` (a declared
+    lineage: its sessions are indexed apart), and the digest of its tools and system. ``raw``: the body's source
+    texts (:func:`agentcache.model._rawjson.loads`); an item is then hashed as the client wrote it, markers cut
+    out, instead of encoded again (a client writes an unchanged item the same way every turn). Raises InputError
+    when the body has no conversation list."""
     out: list[bytes] = []
-    h = blake2b(api.encode(), digest_size=16)
+    h = blake2b(api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16)
     for item in conversation_of(api, body):
-        text = raw.text_of(item) if raw is not None else None
-        h.update((strip_markers(text) if text is not None else _encode(_unmarked(item))).encode())
+        flat = _text_block(item)
+        text = raw.text_of(item) if raw is not None and flat is None else None
+        if text is not None:
+            h.update(strip_markers(text).encode())
+        else:
+            h.update(_encode(_unmarked(flat if flat is not None else item)).encode())
         h.update(b"\x00")
         out.append(h.copy().digest())
-    return tuple(out)
+    p = blake2b(digest_size=16)
+    for unit in _prefix_units(api, body):
+        text = raw.text_of(unit) if raw is not None and unit is not None else None
+        p.update((strip_markers(text) if text is not None else _encode(_bare(unit))).encode())
+        p.update(b"\x00")
+    return Checkpoints(tuple(out), p.digest())
 
 
-def index_entries(checkpoints: Sequence[bytes], keep: int) -> list[tuple[bytes, bool]]:
-    """The ``(hash, is_head)`` entries a session holds in the index for a request with ``checkpoints``."""
-    tail = list(checkpoints[-keep:])
-    return [(h, i == len(tail) - 1) for i, h in enumerate(tail)]
+def index_entries(checkpoints: Checkpoints, keep: int) -> list[tuple[bytes, bool]]:
+    """The ``(hash, is_head)`` entries a session holds in the index for a request with ``checkpoints``: the last
+    ``keep`` checkpoints of its chain, the deepest one its head, and that head keyed by the request's prefix."""
+    chain = checkpoints.chain
+    if not chain:
+        return []
+    tail = list(chain[-keep:])
+    entries = [(h, i == len(tail) - 1) for i, h in enumerate(tail)]
+    entries.append((Checkpoints(chain[-1:], checkpoints.prefix).keyed()[0], True))
+    return entries
 
 
 def match_checkpoints(
-    checkpoints: Sequence[bytes], lookup: Callable[[bytes], tuple[str, bool] | None], min_inner: int
+    checkpoints: Checkpoints, lookup: Callable[[bytes], tuple[str, bool] | None], min_inner: int
 ) -> str | None:
-    """The session a request with ``checkpoints`` continues, under the rule of the module docstring: the
-    deepest *head* found wins; without one, the deepest acceptable inner checkpoint; else None."""
-    n = len(checkpoints)
+    """The session a request with ``checkpoints`` continues, under the rule of the module docstring: the deepest
+    head the request strictly extends, one with the same prefix first; without one, the deepest acceptable inner
+    checkpoint; else None (a request equal to a session's last request does not continue it)."""
+    chain = checkpoints.chain
+    n = len(chain)
+    keyed = checkpoints.keyed()
+    for k in range(n - 1, 0, -1):
+        hit = lookup(keyed[k - 1])
+        if hit is not None and hit[1]:
+            return hit[0]
     inner: str | None = None
-    for k in range(n, 0, -1):
-        hit = lookup(checkpoints[k - 1])
+    for k in range(n - 1, 0, -1):
+        hit = lookup(chain[k - 1])
         if hit is None:
             continue
         sid, head = hit
         if head:
             return sid
-        if inner is None and min_inner <= k < n:
+        if inner is None and min_inner <= k:
             inner = sid
     return inner

@@ -28,11 +28,11 @@ import json
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._log import get_logger
-from ._identity import index_entries, match_checkpoints
+from ._identity import Checkpoints, index_entries, match_checkpoints
 from ._snapshot import snapshot
 from ._store import Opened, SessionFactory, StoreUnavailable
 
@@ -193,14 +193,15 @@ class RedisStore:
 
     # ---- the AsyncSessionStore interface -------------------------------------------------------------
 
-    async def find(self, tenant: str, checkpoints: Sequence[bytes]) -> str | None:
+    async def find(self, tenant: str, checkpoints: Checkpoints) -> str | None:
         """The live inferred session a request with ``checkpoints`` continues (one ``HMGET`` of every checkpoint)."""
         if not checkpoints:
             return None
-        fields = [h.hex() for h in checkpoints]
+        keys = checkpoints.lookups()
+        fields = [h.hex() for h in keys]
         values = await self._call("find", lambda: self.redis.hmget(self._idx(tenant), fields))
         hits: dict[bytes, tuple[str, bool]] = {}
-        for h, v in zip(checkpoints, values, strict=True):
+        for h, v in zip(keys, values, strict=True):
             if v is not None:
                 text = _s(v)
                 hits[h] = (text[2:], text[:1] == "1")
@@ -249,7 +250,7 @@ class RedisStore:
         return Opened(sess, reason or None)
 
     async def commit(
-        self, session: Session, prepared: Prepared, *, base: int, checkpoints: Sequence[bytes], now: float
+        self, session: Session, prepared: Prepared, *, base: int, checkpoints: Checkpoints, now: float
     ) -> bool:
         """Record ``prepared`` as sent if the session is still at version ``base`` in Redis (atomic)."""
         assert session.target is not None

@@ -3,7 +3,10 @@
 One set of rules, identical in ``wrap()``, the proxy, ``audit`` and ``replay``:
 
 * **identity**: a request's session is found per :class:`~agentcache.session.Identity` (explicit id > client
-  declaration > ``prompt_cache_key`` > the prefix index > a new id), within its tenant;
+  declaration > ``prompt_cache_key`` > the prefix index > a new id), within its tenant. A declared lineage
+  (:mod:`agentcache.session._clients`) is searched on its own index chain: its first conversation takes the
+  lineage's id, a later one that continues none of its sessions is a side session ``<lineage>/<id>`` whose
+  parent is the lineage's main session;
 * **target**: decided at a session's first request (:func:`agentcache.targets.resolve_target`) and kept;
 * **close**: a closed session accepts no late response; a request that comes for its id later starts the next
   generation (``open``, reason ``resumed`` after an idle close or an eviction, ``restart`` after an explicit
@@ -23,6 +26,7 @@ sink, outside the lock. Usage totals per session and per lineage are this proces
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from .._log import get_logger
@@ -31,7 +35,7 @@ from ..model._rawjson import RawBody
 from ..model._types import Api
 from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
-from ._identity import LOCAL_TENANT, Identity, checkpoints_of, new_session_id
+from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Checkpoints, Identity, checkpoints_of, new_session_id
 from ._lifecycle import annotate
 from ._manager import DEFAULT_IDLE_TIMEOUT, Lineage, Manager, SessionClosedError
 from ._session import UNSET, Session
@@ -42,6 +46,19 @@ __all__ = ["DEFAULT_IDLE_TIMEOUT", "Lineage", "SessionClosedError", "Sessions"]
 
 log = get_logger("agentcache.session")
 _MAX_ID = 256
+
+
+@dataclass(frozen=True, slots=True)
+class _Who:
+    """A request's identity before the store is asked: ``sid`` (None: look it up by ``checkpoints``),
+    ``explicit`` (the id came from the request; such sessions are not indexed), ``parent``, and ``lineage``, the
+    declared lineage the lookup stays inside (None outside one)."""
+
+    sid: str | None
+    explicit: bool
+    checkpoints: Checkpoints
+    parent: str | None
+    lineage: str | None = None
 
 
 class Sessions(Manager):
@@ -77,17 +94,32 @@ class Sessions(Manager):
         self._emit(events)
         return sess
 
-    def _identify(
-        self, identity: Identity, api: Api, body: dict[str, Any], raw: RawBody | None
-    ) -> tuple[str | None, bool, tuple[bytes, ...]]:
-        """``(session id or None to look up, explicit, checkpoints)`` of a request (precedence: module docstring)."""
+    def _identify(self, identity: Identity, api: Api, body: dict[str, Any], raw: RawBody | None) -> _Who:
+        """Whose request this is, by the precedence of the module docstring (no store call)."""
         if identity.session:
-            return identity.session[:_MAX_ID], True, ()
+            return _Who(identity.session[:_MAX_ID], True, NO_CHECKPOINTS, identity.parent)
+        if identity.declared and identity.declared_lineage:
+            lineage = identity.declared[:_MAX_ID]
+            return _Who(None, False, checkpoints_of(api, body, raw, scope=lineage), identity.parent, lineage)
+        if identity.declared:
+            return _Who(identity.declared[:_MAX_ID], True, NO_CHECKPOINTS, identity.parent or identity.declared_parent)
         if identity.cache_key:
-            return identity.cache_key[:_MAX_ID], True, ()
+            return _Who(identity.cache_key[:_MAX_ID], True, NO_CHECKPOINTS, identity.parent)
         if identity.infer:
-            return None, False, checkpoints_of(api, body, raw)
-        return new_session_id(), True, ()
+            return _Who(None, False, checkpoints_of(api, body, raw), identity.parent)
+        return _Who(new_session_id(), True, NO_CHECKPOINTS, identity.parent)
+
+    def _found(self, who: _Who, found: str | None, live: bool) -> tuple[str, str | None]:
+        """``(session id, parent)`` once the prefix index answered ``found``. In a declared lineage a conversation
+        that continues none of its sessions is its main one while the lineage has none (``live``: the lineage's
+        id is a live session), else a side conversation of it."""
+        if found is not None:
+            return found, who.parent
+        if who.lineage is None:
+            return new_session_id(), who.parent
+        if not live:
+            return who.lineage, who.parent
+        return f"{who.lineage}/{new_session_id()}"[:_MAX_ID], who.lineage
 
     def begin(
         self,
@@ -115,22 +147,27 @@ class Sessions(Manager):
             store = self._sync_store()
             now = self.clock() if now is None else now
             self._sweep(now, events)
-            sid, explicit, cps = self._identify(identity, api, body, raw)
+            who = self._identify(identity, api, body, raw)
+            sid, parent = who.sid, who.parent
             if sid is None:
-                sid = self._call("find", store.find, identity.tenant, cps) or new_session_id()
+                found = self._call("find", store.find, identity.tenant, who.checkpoints)
+                live = who.lineage is not None and store.get(identity.tenant, who.lineage) is not None
+                sid, parent = self._found(who, found, live)
             opened = self._call(
                 "open",
                 store.open,
                 identity.tenant,
                 sid,
-                parent=identity.parent,
-                explicit=explicit,
+                parent=parent,
+                explicit=who.explicit,
                 now=now,
-                create=self._factory(self.provider, self.model, explicit),
+                create=self._factory(self.provider, self.model, who.explicit),
                 reuse=reuse,
             )
             sess = self._opened(opened, now, events)
-            turn = self._prepare(sess, api, body, now if at is UNSET else at, raw, base_url, target, cps, size)
+            turn = self._prepare(
+                sess, api, body, now if at is UNSET else at, raw, base_url, target, who.checkpoints, size
+            )
         self._emit(events)
         return turn
 
@@ -164,23 +201,27 @@ class Sessions(Manager):
             )
         api, identity = Api(api), identity or Identity()
         now = self.clock() if now is None else now
-        sid, explicit, cps = self._identify(identity, api, body, raw)
+        who = self._identify(identity, api, body, raw)
+        sid, parent = who.sid, who.parent
         if sid is None:
-            sid = await self._acall("find", self.store.find, identity.tenant, cps) or new_session_id()
+            found = await self._acall("find", self.store.find, identity.tenant, who.checkpoints)
+            # A replica knows the lineage's main session when it holds a copy (else it opens it: fail soft).
+            live = who.lineage is not None and self.store.get(identity.tenant, who.lineage) is not None
+            sid, parent = self._found(who, found, live)
         opened = await self._acall(
             "open",
             self.store.open,
             identity.tenant,
             sid,
-            parent=identity.parent,
-            explicit=explicit,
+            parent=parent,
+            explicit=who.explicit,
             now=now,
-            create=self._factory(self.provider, self.model, explicit),
+            create=self._factory(self.provider, self.model, who.explicit),
             reuse=reuse,
         )
         events: list[LifecycleEvent] = []
         sess = self._opened(opened, now, events)
-        turn = self._prepare(sess, api, body, now if at is UNSET else at, raw, base_url, target, cps, size)
+        turn = self._prepare(sess, api, body, now if at is UNSET else at, raw, base_url, target, who.checkpoints, size)
         self._emit(events)
         return turn
 
@@ -198,7 +239,7 @@ class Sessions(Manager):
         raw: RawBody | None,
         base_url: str | None,
         target: Target | None,
-        checkpoints: tuple[bytes, ...],
+        checkpoints: Checkpoints,
         size: int | None,
     ) -> Turn:
         if sess.target is None:

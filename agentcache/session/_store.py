@@ -19,12 +19,12 @@ least recently active is closed, reason ``evicted``), ``max_tombstones`` closed 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..model._totals import UsageTotals
-from ._identity import index_entries, match_checkpoints
+from ._identity import Checkpoints, index_entries, match_checkpoints
 
 if TYPE_CHECKING:
     from ._pipeline import Prepared
@@ -94,7 +94,7 @@ class Opened:
 class SessionStore(Protocol):
     """A store used synchronously (see the module docstring)."""
 
-    def find(self, tenant: str, checkpoints: Sequence[bytes]) -> str | None:
+    def find(self, tenant: str, checkpoints: Checkpoints) -> str | None:
         """The live inferred session of ``tenant`` that a request with ``checkpoints`` continues, or None."""
         ...
 
@@ -114,9 +114,7 @@ class SessionStore(Protocol):
         handle stays the session)."""
         ...
 
-    def commit(
-        self, session: Session, prepared: Prepared, *, base: int, checkpoints: Sequence[bytes], now: float
-    ) -> bool:
+    def commit(self, session: Session, prepared: Prepared, *, base: int, checkpoints: Checkpoints, now: float) -> bool:
         """Record ``prepared`` as sent in ``session`` if ``base`` is still its version (see the module docstring)."""
         ...
 
@@ -144,7 +142,7 @@ class SessionStore(Protocol):
 class AsyncSessionStore(Protocol):
     """A store used from async code: :class:`SessionStore`'s operations, awaited (Redis)."""
 
-    async def find(self, tenant: str, checkpoints: Sequence[bytes]) -> str | None: ...
+    async def find(self, tenant: str, checkpoints: Checkpoints) -> str | None: ...
 
     async def open(
         self,
@@ -159,7 +157,7 @@ class AsyncSessionStore(Protocol):
     ) -> Opened: ...
 
     async def commit(
-        self, session: Session, prepared: Prepared, *, base: int, checkpoints: Sequence[bytes], now: float
+        self, session: Session, prepared: Prepared, *, base: int, checkpoints: Checkpoints, now: float
     ) -> bool: ...
 
     async def close(self, tenant: str, sid: str, *, reason: str, now: float) -> Session | None: ...
@@ -167,6 +165,10 @@ class AsyncSessionStore(Protocol):
     async def sweep(self, now: float, idle: float) -> list[Session]: ...
 
     def live(self) -> int: ...
+
+    def get(self, tenant: str, sid: str) -> Session | None:
+        """The live session ``(tenant, sid)`` as far as this process holds a copy, or None."""
+        ...
 
     async def ping(self) -> bool: ...
 
@@ -198,7 +200,7 @@ class MemoryStore:
         """Estimated state bytes of the live sessions."""
         return self._bytes
 
-    def find(self, tenant: str, checkpoints: Sequence[bytes]) -> str | None:
+    def find(self, tenant: str, checkpoints: Checkpoints) -> str | None:
         """See :meth:`SessionStore.find`."""
         return match_checkpoints(checkpoints, lambda h: self._index.get((tenant, h)), self.min_inner_match)
 
@@ -238,9 +240,7 @@ class MemoryStore:
             evicted.append(self._retire(next(iter(self._live.values())), "evicted", now))
         return Opened(sess, open_reason(tomb.reason if tomb is not None else None), tuple(evicted))
 
-    def commit(
-        self, session: Session, prepared: Prepared, *, base: int, checkpoints: Sequence[bytes], now: float
-    ) -> bool:
+    def commit(self, session: Session, prepared: Prepared, *, base: int, checkpoints: Checkpoints, now: float) -> bool:
         """See :meth:`SessionStore.commit`."""
         key = (session.tenant, session.session_id)
         if session.closed or self._live.get(key) is not session or session.version != base:

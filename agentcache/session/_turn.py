@@ -25,6 +25,7 @@ from ..model._canonical import common_prefix
 from ..model._fields import PrefixIdentity, ReuseBoundary, SessionSignal, TurnReport
 from ..model._types import Api
 from ..model._usage import CacheUsage
+from ._identity import NO_CHECKPOINTS, Checkpoints
 
 if TYPE_CHECKING:
     from ._pipeline import Prepared
@@ -60,7 +61,7 @@ class Turn:
         api: Api,
         prepared: Prepared,
         body: dict[str, Any],
-        checkpoints: tuple[bytes, ...] = (),
+        checkpoints: Checkpoints = NO_CHECKPOINTS,
         size: int | None = None,
     ) -> None:
         self.session, self.seq, self.api, self.prepared, self.body = session, seq, api, prepared, body
