@@ -4,20 +4,24 @@ Candidates, in priority order; the first ``max_breakpoints`` that qualify are us
 
 1. **tail**: the last cacheable block, skipping trailing blocks this session's client is known not
    to resend (``PlanHints.ephemeral_tail``); it writes the entry the next turn reads;
-2. **read**: the deepest entry the session's previous request wrote that this request still shares,
+2. **client**: the client's own valid markers on this request, newest first (``markers="merge"``):
+   they outrank every marker agentcache would add itself (``req`` carries the client's current
+   markers only; a form re-sent from history never brings its old ones);
+3. **read**: the deepest entry the session's previous request wrote that this request still shares,
    when the tail is more than ``lookback_blocks - 1`` content blocks past it (a long fan-out turn);
-3. **rewrite**: the last block before the message the client is expected to rewrite next turn
+4. **rewrite**: the last block before the message the client is expected to rewrite next turn
    (``PlanHints.rewrite_at``, learned from a sliding window that elides old tool outputs), so the
    entry written there is still read after the rewrite;
-4. **client**: the client's own valid markers, newest first (``markers="merge"``);
 5. **system**: the last block of the static prefix (tools, then system), shared by every session;
 6. **tools**: the last tool, so tools stay cached when the system text is volatile;
 7. **stable**: the block before the first static block that changed since the last turn, else the
    system block before the last one.
 
 Extra markers cost no write tokens (one write covers read point → deepest breakpoint); they only use
-slots. Never on an option, empty text or thinking block; never below the model's minimum cacheable
-length. 1h markers always precede 5m ones (an earlier 5m marker is raised to 1h). The plan is a pure
+slots. Never on an option, empty text or thinking block, nor on the string content of a ``role:
+"system"`` message inside ``messages`` (a marker would turn it into a block list, a form the Messages API
+documents for user and assistant turns; Claude Code sends these as strings); never below the model's
+minimum cacheable length (a marker there caches nothing). 1h markers always precede 5m ones (an earlier 5m marker is raised to 1h). The plan is a pure
 function of its inputs, so planning an already planned request gives the same plan.
 """
 
@@ -30,6 +34,7 @@ from agentcache.model._canonical import CanonicalRequest, Marker, common_prefix,
 from agentcache.model._rules import AnthropicRules
 
 _NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})
+_SYSTEM_MESSAGE_ENV = b'{"role":"system"}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +67,10 @@ class BreakpointPlan:
 def eligible(req: CanonicalRequest, i: int) -> bool:
     """True when a marker may sit on block ``i``."""
     b = req.blocks[i]
-    return not (b.is_option or b.empty or b.kind in _NO_MARKER_KINDS)
+    if b.is_option or b.empty or b.kind in _NO_MARKER_KINDS:
+        return False
+    # A role "system" message's string content keeps the client's shape (see the module docstring).
+    return not (b.section == "message" and b.env == _SYSTEM_MESSAGE_ENV and b.data[:1] == b'"')
 
 
 def _last_eligible(req: CanonicalRequest, end: int, start: int = 0) -> int | None:
@@ -95,6 +103,8 @@ def plan_breakpoints(
     shared = common_prefix(prev, req) if prev is not None else len(req.blocks)
     tail = _last_eligible(req, _tail_end(req, hints.ephemeral_tail)) or _last_eligible(req, len(req.blocks))
     candidates: list[tuple[int | None, str]] = [(tail, "tail")]
+    client = dict(req.markers()) if hints.mode == "merge" else {}
+    candidates += [(i, "client") for i in sorted(client, reverse=True) if eligible(req, i)]
     if prev is not None and tail is not None:
         prev_marks = [i for i, _ in prev.markers() if i < shared]
         if prev_marks:
@@ -106,8 +116,6 @@ def plan_breakpoints(
         before = [i for i, b in enumerate(req.blocks) if b.message is not None and b.message < hints.rewrite_at]
         if before:
             candidates.append((_last_eligible(req, before[-1] + 1), "rewrite"))
-    client = dict(req.markers()) if hints.mode == "merge" else {}
-    candidates += [(i, "client") for i in sorted(client, reverse=True) if eligible(req, i)]
     system = _last_eligible(req, end)
     candidates.append((system, "system"))
     last_tool = max((i for i, b in enumerate(req.head) if b.section == "tool"), default=None)

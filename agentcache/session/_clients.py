@@ -2,28 +2,28 @@
 real clients send, each row with its source, and :func:`declared_by`, which reads a request's headers
 against it (the proxy's identity uses it; any door that sees headers may).
 
-The rows:
+The rows (confirmed by traffic captured from each client against a scripted upstream, /work/notes/client-traffic.md
+in the project's working notes):
 
-* **Claude Code** sends ``X-Claude-Code-Session-Id`` (its session id) on every request, its subagents' and its
-  side requests' (title, summary, quota) included; a subagent's requests add ``x-claude-code-agent-id`` and, for
-  a subagent of a subagent, ``x-claude-code-parent-agent-id``. So the session id names the lineage: a request
-  with an agent id is that subagent's session (``<session>/<agent>``), its parent the parent agent's session or
-  the main one; a request without one belongs to the lineage's main conversation when it continues it (or is
-  the lineage's first), and is otherwise a side conversation of the lineage, inferred inside it.
-  Source: the request headers built by the ``@anthropic-ai/claude-code`` 2.1.197 client (npm), function that
-  creates its Anthropic client (``"X-Claude-Code-Session-Id"``, ``"x-claude-code-agent-id"``,
-  ``"x-claude-code-parent-agent-id"``).
-* **Codex CLI** sends its thread id (``thread-id``; older releases ``session_id`` / ``conversation_id``, all
-  the same per-thread id there) and, on a spawned subagent's requests, ``x-codex-parent-thread-id`` (the
-  spawning thread) and ``x-openai-subagent`` (``collab_spawn``, ``review``, ``compact``...). Its
-  ``prompt_cache_key`` is shared by a thread and its subagents, so it cannot tell them apart: the thread id can.
-  A subagent request without a parent thread is inferred inside the declared id's lineage.
-  Source: openai/codex ``codex-rs/codex-api/src/requests/headers.rs`` (``build_conversation_headers``,
-  ``subagent_header``) and ``codex-rs/core/src/responses_metadata.rs`` (``compatibility_headers``:
-  ``x-codex-parent-thread-id``, ``x-openai-subagent``).
-* **opencode** sends ``x-opencode-session`` (its session id) to opencode-hosted providers; to OpenAI it sends
-  its session id as ``prompt_cache_key`` (taken at that level). Its subagents are sessions of their own.
-  Source: sst/opencode ``packages/opencode/src/session/llm.ts`` (the ``headers`` of ``streamText``).
+* **Claude Code** sends ``x-claude-code-session-id`` (its session id, kept by ``--continue``) on every request,
+  its subagents' and its side requests' (the title request that opens a fresh run) included; a subagent's
+  requests add ``x-claude-code-agent-id`` and, for a subagent of a subagent, ``x-claude-code-parent-agent-id``.
+  So the session id names the lineage: a request with an agent id is that subagent's session
+  (``<session>/<agent>``) whose parent is the parent agent's session or the main one; a request without one is
+  inferred inside the lineage (see :class:`~agentcache.Sessions`: its first agent loop is the main session).
+  Source: ``@anthropic-ai/claude-code`` 2.1.197 (npm), the headers of the Anthropic client it creates.
+* **opencode** sends ``x-session-id`` (also ``x-session-affinity``; ``x-opencode-session`` to opencode-hosted
+  providers) on every request, its title request included; a subagent (``task`` tool) is a session of its own
+  with ``x-parent-session-id``. To OpenAI its session id is also ``session-id`` and ``prompt_cache_key``.
+  Source: ``opencode-ai`` 1.18.33 (npm) traffic; sst/opencode ``packages/opencode/src/session/llm.ts``.
+* **Codex CLI** sends ``thread-id`` (this thread; older releases ``session_id`` / ``conversation_id``, the same
+  per-thread id there) and ``session-id`` (the root thread); a spawned subagent adds
+  ``x-codex-parent-thread-id`` (the spawning thread) and ``x-openai-subagent`` (``collab_spawn``, ``review``,
+  ``compact``...). Its ``prompt_cache_key`` and ``session-id`` are the root's on subagent requests too, so only
+  the thread id tells a subagent from its parent. A subagent request without a parent thread is inferred inside
+  the declared id's lineage. Source: ``@openai/codex`` 0.171.0 (npm) traffic; openai/codex
+  ``codex-rs/codex-api/src/requests/headers.rs`` (``build_conversation_headers``, ``subagent_header``) and
+  ``codex-rs/core/src/responses_metadata.rs`` (``compatibility_headers``).
 
 Values are cut to 256 characters; a header with an empty value is absent.
 """
@@ -77,17 +77,20 @@ CLIENTS: tuple[ClientDeclaration, ...] = (
         lineage=True,
         source="@anthropic-ai/claude-code 2.1.197 (npm): the headers of its Anthropic client",
     ),
+    ClientDeclaration(  # before Codex: opencode's OpenAI requests carry a ``session-id`` too
+        "opencode",
+        ("x-session-id", "x-opencode-session"),
+        parent=("x-parent-session-id",),
+        lineage=True,
+        source="opencode-ai 1.18.33 (npm); sst/opencode packages/opencode/src/session/llm.ts",
+    ),
     ClientDeclaration(
         "codex",
         ("thread-id", "thread_id", "conversation_id", "session-id", "session_id"),
         parent=("x-codex-parent-thread-id",),
         subagent=("x-openai-subagent",),
-        source="openai/codex codex-rs/codex-api/src/requests/headers.rs, codex-rs/core/src/responses_metadata.rs",
-    ),
-    ClientDeclaration(
-        "opencode",
-        ("x-opencode-session",),
-        source="sst/opencode packages/opencode/src/session/llm.ts",
+        source="@openai/codex 0.171.0 (npm); openai/codex codex-rs/codex-api/src/requests/headers.rs, "
+        "codex-rs/core/src/responses_metadata.rs",
     ),
 )
 

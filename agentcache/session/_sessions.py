@@ -4,9 +4,11 @@ One set of rules, identical in ``wrap()``, the proxy, ``audit`` and ``replay``:
 
 * **identity**: a request's session is found per :class:`~agentcache.session.Identity` (explicit id > client
   declaration > ``prompt_cache_key`` > the prefix index > a new id), within its tenant. A declared lineage
-  (:mod:`agentcache.session._clients`) is searched on its own index chain: its first conversation takes the
-  lineage's id, a later one that continues none of its sessions is a side session ``<lineage>/<id>`` whose
-  parent is the lineage's main session;
+  (:mod:`agentcache.session._clients`: one id for a client's main conversation and its side requests) is
+  searched on its own index chain; a conversation that continues none of its sessions is the lineage's main
+  session (the lineage's id) when it is an agent loop (it carries tools) and the lineage has no live main one,
+  else a side session ``<lineage>/<id>`` (a title or summary request, a second conversation) whose parent is
+  the main one;
 * **target**: decided at a session's first request (:func:`agentcache.targets.resolve_target`) and kept;
 * **close**: a closed session accepts no late response; a request that comes for its id later starts the next
   generation (``open``, reason ``resumed`` after an idle close or an eviction, ``restart`` after an explicit
@@ -51,14 +53,15 @@ _MAX_ID = 256
 @dataclass(frozen=True, slots=True)
 class _Who:
     """A request's identity before the store is asked: ``sid`` (None: look it up by ``checkpoints``),
-    ``explicit`` (the id came from the request; such sessions are not indexed), ``parent``, and ``lineage``, the
-    declared lineage the lookup stays inside (None outside one)."""
+    ``explicit`` (the id came from the request; such sessions are not indexed), ``parent``, ``lineage``, the
+    declared lineage the lookup stays inside (None outside one), and ``loop``: the request carries tools."""
 
     sid: str | None
     explicit: bool
     checkpoints: Checkpoints
     parent: str | None
     lineage: str | None = None
+    loop: bool = False
 
 
 class Sessions(Manager):
@@ -100,7 +103,8 @@ class Sessions(Manager):
             return _Who(identity.session[:_MAX_ID], True, NO_CHECKPOINTS, identity.parent)
         if identity.declared and identity.declared_lineage:
             lineage = identity.declared[:_MAX_ID]
-            return _Who(None, False, checkpoints_of(api, body, raw, scope=lineage), identity.parent, lineage)
+            cps = checkpoints_of(api, body, raw, scope=lineage)
+            return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")))
         if identity.declared:
             return _Who(identity.declared[:_MAX_ID], True, NO_CHECKPOINTS, identity.parent or identity.declared_parent)
         if identity.cache_key:
@@ -110,14 +114,13 @@ class Sessions(Manager):
         return _Who(new_session_id(), True, NO_CHECKPOINTS, identity.parent)
 
     def _found(self, who: _Who, found: str | None, live: bool) -> tuple[str, str | None]:
-        """``(session id, parent)`` once the prefix index answered ``found``. In a declared lineage a conversation
-        that continues none of its sessions is its main one while the lineage has none (``live``: the lineage's
-        id is a live session), else a side conversation of it."""
+        """``(session id, parent)`` once the prefix index answered ``found`` (see the module docstring; ``live``:
+        the lineage's main session is live)."""
         if found is not None:
             return found, who.parent
         if who.lineage is None:
             return new_session_id(), who.parent
-        if not live:
+        if not live and who.loop:
             return who.lineage, who.parent
         return f"{who.lineage}/{new_session_id()}"[:_MAX_ID], who.lineage
 
