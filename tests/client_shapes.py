@@ -46,10 +46,11 @@ def claude_code_run(prompts: int = 3, steps: int = 2, variant: str = "main") -> 
     """The main loop of one Claude Code run: per prompt, ``steps`` tool calls then a text answer. Every body
     carries the mid-conversation ``role: "system"`` string message Claude Code sends as ``messages[1]``."""
     tools = anthropic_tools()[:-2] if variant != "main" else anthropic_tools()
+    opening = [{"type": "text", "text": "<reminder>context</reminder>"}, {"type": "text", "text": "Book a flight."}]
     messages: list[dict[str, Any]] = [
-        {"role": "user", "content": [{"type": "text", "text": "<reminder>context</reminder>"}, {"type": "text", "text": "Book a flight."}]},
+        {"role": "user", "content": opening},
         {"role": "system", "content": "The working directory is /tmp/work."},
-    ]  # fmt: skip
+    ]
     bodies = []
     for p in range(prompts):
         if p:
@@ -70,12 +71,10 @@ def claude_code_run(prompts: int = 3, steps: int = 2, variant: str = "main") -> 
             )
             if s < steps:
                 tid = f"toolu_{variant}_{p}_{s}"
-                messages.append(
-                    {"role": "assistant", "content": [{"type": "tool_use", "id": tid, "name": tools[0]["name"], "input": {"q": s}}]}
-                )  # fmt: skip
-                messages.append(
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tid, "content": f"result {p}.{s}"}]}
-                )  # fmt: skip
+                use = {"type": "tool_use", "id": tid, "name": tools[0]["name"], "input": {"q": s}}
+                messages.append({"role": "assistant", "content": [use]})
+                result = {"type": "tool_result", "tool_use_id": tid, "content": f"result {p}.{s}"}
+                messages.append({"role": "user", "content": [result]})
             else:
                 messages.append({"role": "assistant", "content": [{"type": "text", "text": "Hello there."}]})
     return bodies

@@ -28,7 +28,9 @@ def test_the_declaration_table_reads_each_clients_headers() -> None:
     assert cc is not None and (cc.client, cc.session, cc.parent, cc.lineage) == ("claude-code", "S", None, True)
     sub = declared_by({"x-claude-code-session-id": "S", "x-claude-code-agent-id": "a1"})
     assert sub is not None and (sub.session, sub.parent, sub.lineage) == ("S/a1", "S", False)
-    nested = declared_by({"x-claude-code-session-id": "S", "x-claude-code-agent-id": "a2", "x-claude-code-parent-agent-id": "a1"})  # fmt: skip
+    nested = declared_by(
+        {"x-claude-code-session-id": "S", "x-claude-code-agent-id": "a2", "x-claude-code-parent-agent-id": "a1"}
+    )
     assert nested is not None and (nested.session, nested.parent) == ("S/a2", "S/a1")
     root = declared_by(codex_headers("T", "T"))
     assert root is not None and (root.client, root.session, root.parent, root.lineage) == ("codex", "T", None, False)
