@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.clients.drivers import CLIENTS, find_binary
-from tests.clients.harness import Trace, client_changed, markers, run_trace
+from tests.clients.harness import Trace, break_is_client_caused, markers, run_trace
 
 
 def figures(trace: Trace) -> dict[str, Any]:
@@ -39,21 +39,14 @@ def figures(trace: Trace) -> dict[str, Any]:
         added += len(forwarded - sent)
     labels = {ex.label for ex in trace.exchanges}
     sessions = {ex.session for ex in trace.exchanges}
-    by_session: dict[str | None, list[Any]] = {}
-    for ex in trace.exchanges:
-        by_session.setdefault(ex.session, []).append(ex)
     subs = {ex.session for ex in trace.exchanges if ex.label.endswith(":sub")}
     parent = next((ex.session for ex in trace.exchanges if ex.label == "subagent:main"), None)
     linked = sum(1 for s in subs if s is not None and s != parent and trace.parents.get(s) == parent)
-    route = "responses" if trace.client == "codex" else "messages"
     causes: Counter[str] = Counter()
     client_caused = 0
     for brk in trace.report.get("breaks", []):
         causes[brk["cause"]] += 1
-        seq = by_session.get(brk["session"].split("/", 1)[1], [])
-        i = brk["request"]
-        if 0 < i < len(seq) and client_changed(seq[i - 1].sent.body, seq[i].sent.body, route):
-            client_caused += 1
+        client_caused += break_is_client_caused(trace, brk)
     return {
         "client": trace.client,
         "requests": len(trace.exchanges),

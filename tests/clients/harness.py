@@ -246,3 +246,16 @@ def client_changed(prev: dict[str, Any], cur: dict[str, Any], route: str) -> boo
             return True
     old, new = a.get(items) or [], b.get(items) or []
     return not isinstance(old, list) or not isinstance(new, list) or new[: len(old)] != old
+
+
+def break_is_client_caused(trace: Trace, brk: dict[str, Any]) -> bool:
+    """Whether a reported break sits where the client itself changed its conversation: the session's request
+    ``brk["request"]`` continues the same true conversation as the one before it and :func:`client_changed` holds
+    between them. A break between two different conversations merged into one session is never the client's."""
+    sid = brk["session"].split("/", 1)[1]
+    seq = [ex for ex in trace.exchanges if ex.session == sid]
+    i = brk["request"]
+    if not 0 < i < len(seq) or seq[i - 1].label != seq[i].label:
+        return False
+    route = "responses" if trace.client == "codex" else "messages"
+    return client_changed(seq[i - 1].sent.body, seq[i].sent.body, route)
