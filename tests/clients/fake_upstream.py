@@ -11,8 +11,9 @@ the conversation's newest prompt (the last user message that is not a tool resul
 
 Answers, tool-call ids and response ids are a function of the prompt and the number of tool results after it, so a
 run through the proxy and a direct run get byte-identical answers. Usage is reported in pseudo-tokens (bytes / 4)
-with ``cache_read`` the longest prefix of the message list (cache markers ignored) seen before, like a provider's
-prefix cache.
+with ``cache_read`` the longest prefix of the message list seen before, like a provider's prefix cache; markers and
+one-text-block lists are read as :func:`unmarked` reads them, so agentcache's documented edits do not change the
+figures a client may print (Claude Code shows a subagent's token count to its parent).
 """
 
 from __future__ import annotations
