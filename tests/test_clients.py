@@ -1,0 +1,209 @@
+"""Real agent CLIs (Claude Code, Codex CLI, opencode) through ``agentcache proxy`` against a scripted fake upstream,
+compared with the same CLIs run directly against it (issue 11, "Real clients in CI").
+
+Each client runs five scenarios (``tests/clients/drivers.py``: a fresh run, two continues/resumes of it, a fresh
+run with the same opening prompt, a run that spawns a subagent), once directly and once through the proxy. The
+traffic is generated here, at test time (these clients' prompts are not ours to commit).
+
+Skipped when a client binary is absent, unless ``AGENTCACHE_REQUIRE_CLIENTS=1`` (CI), where absence fails. The
+assertions that need the identity work of issue 11 (client markers outrank restored ones, client-declared sessions
+and parents, inference that never switches conversations, ``role: "system"`` shape) are strict xfails per client.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.clients.drivers import CLIENTS, SCENARIOS, find_binary
+from tests.clients.fake_upstream import unmarked
+from tests.clients.harness import (
+    Exchange,
+    Trace,
+    block_at,
+    break_is_client_caused,
+    is_empty_block,
+    marker_order_ok,
+    markers,
+    masked,
+    run_trace,
+)
+
+IDENTITY = "needs identity fixes (issue 11 items 1-3, 6)"
+#: (test, client) pairs that fail on the clients branch until the identity work lands; see the module docstring.
+XFAIL: dict[str, set[str]] = {
+    # opencode marks its short title request (below the model's minimum cacheable length); the planner drops
+    # those markers (README: "never below the model's minimum"), which the issue's "every marker kept" forbids.
+    "test_client_markers_kept": {"opencode"},
+    "test_role_system_messages_keep_their_shape": {"claude-code"},
+    "test_sessions_are_the_true_conversations": {"claude-code", "codex", "opencode"},
+    "test_subagents_are_linked_to_their_parent": {"claude-code", "codex", "opencode"},
+    "test_no_break_the_client_did_not_cause": {"codex"},
+}
+
+
+#: Fail on some runs only: the title request of the same-prompt run (Claude Code, opencode) equals the first run's
+#: and joins its session by inference or not depending on timing (issue 11 item 3) — not strict until fixed.
+FLAKY = {
+    ("test_sessions_are_the_true_conversations", "claude-code"),
+    ("test_sessions_are_the_true_conversations", "opencode"),
+}
+
+
+def _xfail_for(request: pytest.FixtureRequest, client: str) -> None:
+    name = request.node.originalname
+    if client in XFAIL.get(name, set()):
+        strict = (name, client) not in FLAKY
+        request.applymarker(pytest.mark.xfail(strict=strict, reason=IDENTITY))
+
+
+_HOME = Path(tempfile.mkdtemp(prefix="agentcache-clients-"))
+
+
+@pytest.fixture(scope="module", params=list(CLIENTS))
+def runs(request: pytest.FixtureRequest) -> tuple[Trace, Trace]:
+    """(direct, proxied) traces of one client; skipped (or failed under AGENTCACHE_REQUIRE_CLIENTS=1) without it."""
+    name: str = request.param
+    if find_binary(CLIENTS[name].binary) is None:
+        message = f"{CLIENTS[name].binary} not installed (.ci/run installs it from npm)"
+        if os.environ.get("AGENTCACHE_REQUIRE_CLIENTS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    home = _HOME / name  # the same path for both runs: clients embed their working directory in prompts
+    return run_trace(name, "direct", home), run_trace(name, "proxy", home)
+
+
+def _by_label(trace: Trace) -> dict[str, list[Exchange]]:
+    out: dict[str, list[Exchange]] = defaultdict(list)
+    for ex in trace.exchanges:
+        out[ex.label].append(ex)
+    return out
+
+
+def test_runs_complete_with_the_same_outputs(runs: tuple[Trace, Trace]) -> None:
+    direct, proxied = runs
+    assert set(direct.outputs) == {s for s, _, _ in SCENARIOS}
+    for scenario, out in direct.outputs.items():
+        assert out.returncode == 0, (scenario, out.stderr[-2000:])
+        assert "agentcache-fake answer: directive" in out.stdout, (scenario, out.stdout[-500:])
+        through = proxied.outputs[scenario]
+        assert through.returncode == 0, (scenario, through.stderr[-2000:])
+        assert through.stdout == out.stdout, scenario
+    assert "agentcache-fake answer: directive shell, 1 tool result(s)." in direct.outputs["fresh"].stdout
+    labels = _by_label(direct)
+    # Every conversation looped through one tool call; the subagent really ran (its own requests).
+    assert len(labels["fresh:main"]) >= 6 and len(labels["same_prompt:main"]) >= 2
+    assert len(labels["subagent:sub"]) >= 2, sorted(labels)
+
+
+def test_same_requests_as_direct(runs: tuple[Trace, Trace]) -> None:
+    direct, proxied = runs
+    a, b = _by_label(direct), _by_label(proxied)
+    assert {k: len(v) for k, v in a.items()} == {k: len(v) for k, v in b.items()}
+    for key, exchanges in a.items():
+        for mine, theirs in zip(exchanges, b[key], strict=True):
+            assert mine.sent.path == theirs.sent.path
+            assert masked(mine.sent.body) == masked(theirs.sent.body), key
+
+
+def test_forwarded_request_is_the_clients_modulo_documented_edits(runs: tuple[Trace, Trace]) -> None:
+    """Only cache markers and the ``messages.shape`` repair (a one-block list for the string it means) change."""
+    _, proxied = runs
+    assert proxied.exchanges
+    for ex in proxied.exchanges:
+        assert ex.forwarded is not None
+        assert ex.forwarded.path == ex.sent.path
+        assert unmarked(ex.forwarded.body) == unmarked(ex.sent.body), ex.label
+
+
+def test_prompt_cache_key_kept(runs: tuple[Trace, Trace]) -> None:
+    _, proxied = runs
+    keys = [ex.sent.body.get("prompt_cache_key") for ex in proxied.exchanges]
+    for ex in proxied.exchanges:
+        assert ex.forwarded is not None
+        assert ex.forwarded.body.get("prompt_cache_key") == ex.sent.body.get("prompt_cache_key"), ex.label
+    if proxied.client == "codex":  # the one client here that sends its own key
+        assert all(isinstance(k, str) and k for k in keys)
+
+
+def test_client_markers_kept(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+    _, proxied = runs
+    _xfail_for(request, proxied.client)
+    for ex in proxied.exchanges:
+        assert ex.forwarded is not None
+        lost = set(markers(ex.sent.body)) - set(markers(ex.forwarded.body))
+        assert not lost, (ex.label, sorted(lost))
+
+
+def test_marker_rules(runs: tuple[Trace, Trace]) -> None:
+    """At most 4 breakpoints, none on an empty text block, 1h TTLs before 5m ones (Anthropic's prompt caching
+    rules: https://docs.anthropic.com/en/docs/build-with-claude/prompt-caching)."""
+    _, proxied = runs
+    for ex in proxied.exchanges:
+        assert ex.forwarded is not None
+        body = ex.forwarded.body
+        found = markers(body)
+        assert len(found) <= 4, (ex.label, sorted(found))
+        assert not [p for p in found if is_empty_block(block_at(body, p))], ex.label
+        assert marker_order_ok(body), ex.label
+
+
+def test_role_system_messages_keep_their_shape(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+    _, proxied = runs
+    pairs = [
+        (ex, i)
+        for ex in proxied.exchanges
+        for i, m in enumerate(ex.sent.body.get("messages") or [])
+        if isinstance(m, dict) and m.get("role") == "system"
+    ]
+    if not pairs:
+        pytest.skip(f"{proxied.client} sends no role: system messages")
+    _xfail_for(request, proxied.client)
+    for ex, i in pairs:
+        assert ex.forwarded is not None
+        sent, forwarded = ex.sent.body["messages"][i], ex.forwarded.body["messages"][i]
+        assert type(forwarded["content"]) is type(sent["content"]), (ex.label, i)
+
+
+def test_sessions_are_the_true_conversations(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+    """One session per conversation (fresh + its continues; the same-prompt run; the subagent run; its subagent);
+    a side request (a title) never joins another run's session."""
+    _, proxied = runs
+    _xfail_for(request, proxied.client)
+    sessions: dict[str, set[str | None]] = defaultdict(set)
+    for ex in proxied.exchanges:
+        sessions[ex.label].add(ex.session)
+    conversations = {k: v for k, v in sessions.items() if not k.endswith(":side")}
+    assert all(len(v) == 1 and None not in v for v in conversations.values()), conversations
+    ids = [next(iter(v)) for v in conversations.values()]
+    assert len(set(ids)) == len(ids), conversations
+    for key, side in sessions.items():
+        if key.endswith(":side"):
+            scenario = key.split(":")[0]
+            others = {s for k, v in sessions.items() if not k.startswith(scenario + ":") for s in v}
+            assert not side & others, (key, side)
+            assert len(side) == 1
+
+
+def test_subagents_are_linked_to_their_parent(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+    _, proxied = runs
+    _xfail_for(request, proxied.client)
+    labels = _by_label(proxied)
+    parent = labels["subagent:main"][0].session
+    child = labels["subagent:sub"][0].session
+    assert parent is not None and child is not None and child != parent
+    assert proxied.parents.get(child) == parent
+
+
+def test_no_break_the_client_did_not_cause(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+    """Every break the proxy reports is at a request where the client itself changed tools, system or an earlier
+    message (markers ignored) against the session's previous request; never at a continuing request."""
+    _, proxied = runs
+    _xfail_for(request, proxied.client)
+    assert proxied.report["breaks"] is not None
+    for brk in proxied.report["breaks"]:
+        assert break_is_client_caused(proxied, brk), brk
