@@ -20,8 +20,8 @@ Candidates, in priority order; the first ``max_breakpoints`` that qualify are us
 Extra markers cost no write tokens (one write covers read point → deepest breakpoint); they only use
 slots. Never on an option, empty text or thinking block, nor on the string content of a ``role:
 "system"`` message inside ``messages`` (a marker would turn it into a block list, a form the Messages API
-documents for user and assistant turns; Claude Code sends these as strings); never below the model's
-minimum cacheable length (a marker there caches nothing). 1h markers always precede 5m ones (an earlier
+documents for user and assistant turns; Claude Code sends these as strings); none of agentcache's own below the
+model's minimum cacheable length (a marker there caches nothing; a client's own marker there is kept). 1h markers always precede 5m ones (an earlier
 5m marker is raised to 1h). The plan is a pure function of its inputs, so planning an already planned
 request gives the same plan.
 """
@@ -130,7 +130,10 @@ def plan_breakpoints(
     for i, why in candidates:
         if len(chosen) == rules.max_breakpoints:
             break
-        if i is None or i in chosen or req.tokens_before(i + 1) < rules.min_cacheable_tokens:
+        if i is None or i in chosen:
+            continue
+        # A client's marker stays even below the minimum (it caches nothing there, but it is the client's).
+        if why != "client" and req.tokens_before(i + 1) < rules.min_cacheable_tokens:
             continue
         chosen[i] = why
     ttls = {
