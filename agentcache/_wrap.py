@@ -4,7 +4,15 @@
 ``AsyncOpenAI`` client (Bedrock/Vertex/Azure variants included). It intercepts exactly:
 
 * Anthropic ``messages.create`` (``stream=True`` too) and the ``messages.stream(...)`` helper;
-* OpenAI ``chat.completions.create`` and ``responses.create`` (``stream=True`` too).
+* OpenAI ``chat.completions.create`` and ``responses.create`` (``stream=True`` too);
+* the same ``create`` methods reached through the SDK's ``with_raw_response`` and ``with_streaming_response``
+  views, on the resource (``client.messages.with_raw_response.create``) or the client
+  (``client.with_raw_response.responses.create``): the view is the SDK's own class built around the
+  intercepted resource, and the SDK's own ``APIResponse``/``LegacyAPIResponse`` (or streaming context
+  manager) comes back, usage read from the body the caller reads (:mod:`agentcache._wrap_raw`). LangChain's
+  ChatAnthropic and ChatOpenAI call these;
+* the client's low-level ``post`` to those APIs' paths (``/v1/messages``, ``/chat/completions``, ``/responses``)
+  with a JSON ``body``: litellm (1.110) sends its OpenAI requests this way.
 
 For each call: the SDK keyword arguments *are* the wire body, minus the SDK-only ones (``extra_headers``,
 ``extra_query``, ``extra_body``, ``timeout``, and helper/header arguments such as ``output_format``,
@@ -18,8 +26,8 @@ turn and records usage and ``session.last_report``; an SDK exception records a r
 same generation) and is re-raised unchanged. The SDK's own retries (``max_retries``) happen inside one
 call and are not attempts.
 
-Passed through unchanged: other resources and methods (``with_raw_response``, ``with_streaming_response``,
-``beta``, ``parse``, ``count_tokens``...), positional arguments, unknown keyword arguments (the SDK
+Passed through unchanged: other resources and methods (``beta``, ``parse``, ``count_tokens``, the raw
+views' other methods...), positional arguments, unknown keyword arguments (the SDK
 raises its own ``TypeError``), values that are not JSON (files, bytes), and requests on a session closed
 explicitly. Fail open: if agentcache itself fails, the original method gets the original arguments and
 a warning is logged (exception type only; details at debug level).
@@ -42,6 +50,7 @@ from typing import Any, TypeVar, cast
 
 from ._exceptions import ConfigError
 from ._log import get_logger
+from ._wrap_raw import tap_raw_response
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
 from .model._usage import normalize_usage
 from .session import Session, Sessions, Turn
@@ -58,6 +67,13 @@ SDK_ONLY = frozenset(
     | {"user_profile_id", "workspace_id"}
 )
 _RAW_HEADER = "x-stainless-raw-response"
+#: The SDK views whose methods return the raw HTTP response (``XWithRawResponse(resource)`` in both SDKs).
+_RAW_VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
+#: The low-level ``post`` paths that are an intercepted API, per SDK (litellm posts to them directly).
+_POST_APIS = {
+    "anthropic": {"/v1/messages": "anthropic.messages"},
+    "openai": {"/chat/completions": "openai.chat", "/responses": "openai.responses"},
+}
 _MAX_DEPTH = 64
 
 
@@ -123,10 +139,13 @@ def split_kwargs(method: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any]
             side[key] = value
         elif not _is_sentinel(value):
             body[key] = _wire(value)
-    headers = side.get("extra_headers")
-    if isinstance(headers, Mapping) and any(str(h).lower() == _RAW_HEADER for h in headers):
-        raise _Passthrough("raw response requested")
     return body, side
+
+
+def wants_raw(headers: Any) -> bool:
+    """True when the SDK call asks for the raw HTTP response (the SDK's raw-response header is set, as its
+    ``with_raw_response``/``with_streaming_response`` wrappers do)."""
+    return isinstance(headers, Mapping) and any(str(h).lower() == _RAW_HEADER for h in headers)
 
 
 def send_kwargs(method: Any, body: Mapping[str, Any], side: Mapping[str, Any]) -> dict[str, Any]:
@@ -145,8 +164,20 @@ def send_kwargs(method: Any, body: Mapping[str, Any], side: Mapping[str, Any]) -
 @dataclass(slots=True)
 class _Plan:
     turn: Turn
+    args: tuple[Any, ...]
     kwargs: dict[str, Any]
     stream: bool
+    raw: bool
+
+
+def _raw_view(view: Any, owner: Any) -> Any:
+    """The SDK's own raw/streaming ``view`` class rebuilt around ``owner`` (our proxy), so its methods call
+    the intercepted ones; the SDK's view itself if that fails."""
+    try:
+        return type(view)(owner)
+    except Exception as exc:  # fail open
+        log.warning("wrap.failed_open", stage="raw_view", error=type(exc).__name__)
+        return view
 
 
 class WrappedClient:
@@ -196,7 +227,18 @@ class WrappedClient:
             return _Resource(attr, self, {"create": "openai.responses"})
         if name in ("with_options", "copy"):
             return lambda *a, **kw: WrappedClient(attr(*a, **kw), self._ac_session, self._ac_sdk, self._ac_provider)
+        if name in _RAW_VIEWS:
+            return _raw_view(attr, self)
+        if name == "post" and callable(attr):
+            return self._intercept(attr, self._plan_post, "post")
         return attr
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The client's own settings (``max_retries``, ``api_key``... litellm sets them) go to the client.
+        if name.startswith("_ac_"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._ac_client, name, value)
 
     def __enter__(self) -> WrappedClient:
         self._ac_client.__enter__()
@@ -217,12 +259,37 @@ class WrappedClient:
 
     # ---- one intercepted call ---------------------------------------------------------------
 
-    def _plan(self, api: str, method: Any, kwargs: Mapping[str, Any]) -> _Plan | None:
-        """Prepare the call; None means send it unchanged (never raises)."""
+    def _plan(self, api: str, method: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Plan | None:
+        """Prepare an SDK method call (keyword arguments only); None means send it unchanged (never raises)."""
+        if args:
+            return None
         try:
             body, side = split_kwargs(method, kwargs)
             turn = self._ac_session.begin(api, body, base_url=self._ac_base_url, target=self._ac_target(api))
-            return _Plan(turn, send_kwargs(method, turn.body, side), bool(body.get("stream")))
+            raw = wants_raw(side.get("extra_headers"))
+            return _Plan(turn, (), send_kwargs(method, turn.body, side), bool(body.get("stream")), raw)
+        except _Passthrough as why:
+            log.debug("wrap.passthrough", api=api, reason=str(why))
+        except Exception as exc:  # fail open
+            log.warning("wrap.failed_open", stage="prepare", api=api, error=type(exc).__name__)
+            log.debug("wrap.failed_open_detail", api=api, detail=repr(exc), exc_info=True)
+        return None
+
+    def _plan_post(self, method: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Plan | None:
+        """Prepare a low-level ``post(path, body=..., options=...)`` to an intercepted API's path; None means
+        send it unchanged (another path, files, a body that is not JSON; never raises)."""
+        path = args[0] if len(args) == 1 else None
+        api = _POST_APIS[self._ac_sdk].get(path) if isinstance(path, str) else None
+        body = kwargs.get("body")
+        if api is None or not isinstance(body, Mapping) or kwargs.get("files") or kwargs.get("content"):
+            return None
+        try:
+            wire = _wire(body)
+            turn = self._ac_session.begin(api, wire, base_url=self._ac_base_url, target=self._ac_target(api))
+            options = kwargs.get("options")
+            raw = wants_raw(options.get("headers") if isinstance(options, Mapping) else None)
+            stream = bool(kwargs.get("stream")) or bool(wire.get("stream"))
+            return _Plan(turn, args, {**kwargs, "body": turn.body}, stream, raw)
         except _Passthrough as why:
             log.debug("wrap.passthrough", api=api, reason=str(why))
         except Exception as exc:  # fail open
@@ -235,6 +302,8 @@ class WrappedClient:
         try:
             if name == "stream":
                 return StreamManagerProxy(result, plan.turn)
+            if plan.raw:
+                return tap_raw_response(result, plan.turn)
             if plan.stream:
                 return tap_stream(result, plan.turn)
             plan.turn.succeed(normalize_usage(result, plan.turn.api))
@@ -242,13 +311,17 @@ class WrappedClient:
             log.warning("wrap.failed_open", stage="response", api=plan.turn.api, error=type(exc).__name__)
         return result
 
-    def _intercept(self, method: Any, api: str, name: str) -> Callable[..., Any]:
+    def _intercept(
+        self, method: Any, planner: Callable[[Any, tuple[Any, ...], Mapping[str, Any]], _Plan | None], name: str
+    ) -> Callable[..., Any]:
+        """``method`` with each call prepared by ``planner`` (``(method, args, kwargs) -> plan or None``)."""
+
         def call(*args: Any, **kwargs: Any) -> Any:
-            plan = None if args else self._plan(api, method, kwargs)
+            plan = planner(method, args, kwargs)
             if plan is None:
                 return method(*args, **kwargs)
             try:
-                result = method(**plan.kwargs)
+                result = method(*plan.args, **plan.kwargs)
             except Exception as exc:
                 plan.turn.fail(exc)
                 raise
@@ -290,10 +363,12 @@ class _Resource:
         attr = getattr(self._target, name)
         if name in self._subs:
             return _Resource(attr, self._owner, self._subs[name])
+        if name in _RAW_VIEWS:
+            return _raw_view(attr, self)
         api = self._methods.get(name)
         if api is None or not callable(attr):
             return attr
-        return self._owner._intercept(attr, api, name)
+        return self._owner._intercept(attr, functools.partial(self._owner._plan, api), name)
 
     def __repr__(self) -> str:
         return f"agentcache proxy of {self._target!r}"

@@ -203,3 +203,161 @@ def agent_args(
     a = p.parse_args(argv)
     configure_logs(a.verbose)
     return a
+
+
+# ---- the framework examples (langchain_agent.py, openai_agents_sdk.py, litellm_agent.py) ------------------------
+
+#: More tools for the framework examples' registry (with get_weather and calculate): enough tool text for the
+#: tool order to matter to a prefix cache.
+MORE_TOOL_SPECS: list[dict[str, Any]] = [
+    {
+        "name": "local_time",
+        "description": "The current local time in a city, as HH:MM in 24-hour format, with its UTC offset.",
+        "schema": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City name, e.g. Oslo"}},
+            "required": ["city"],
+        },
+    },
+    {
+        "name": "convert_currency",
+        "description": "Convert an amount between two ISO 4217 currencies at today's reference rate.",
+        "schema": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "number", "description": "The amount to convert"},
+                "source": {"type": "string", "description": "Currency code to convert from, e.g. EUR"},
+                "target": {"type": "string", "description": "Currency code to convert to, e.g. NOK"},
+            },
+            "required": ["amount", "source", "target"],
+        },
+    },
+    {
+        "name": "packing_list",
+        "description": "A short packing list for a trip, given the city, the number of nights and the weather.",
+        "schema": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "Destination city"},
+                "nights": {"type": "integer", "description": "Number of nights"},
+                "conditions": {"type": "string", "description": "Expected weather, e.g. sleet"},
+            },
+            "required": ["city", "nights"],
+        },
+    },
+]
+QUESTIONS = [
+    "How warm is it in Lisbon right now?",
+    "And in Oslo? Give the difference in Celsius.",
+    "Convert that difference to Fahrenheit degrees.",
+    "What should I pack for three nights in Oslo?",
+]
+TOOLS_FIRST_TEMPLATE = os.path.join(os.path.dirname(agentcache.__file__), "_engines", "templates", "tools_first.jinja")
+
+
+def registry_specs(turn: int, seed: int = 7) -> list[dict[str, Any]]:
+    """The registry's tools as an unordered registry hands them out: a different order on every user turn (led by
+    a different tool each turn, the rest shuffled), as frameworks that collect tools from plugins or a dict do."""
+    import random
+
+    specs = [*TOOL_SPECS[:2], *MORE_TOOL_SPECS]
+    lead = specs[turn % len(specs)]
+    rest = [s for s in specs if s is not lead]
+    random.Random(seed * 1000 + turn).shuffle(rest)
+    return [lead, *rest]
+
+
+def local_tool(name: str, args: dict[str, Any]) -> str:
+    """Run a registry tool (the two of :func:`run_tool` and the three of :data:`MORE_TOOL_SPECS`)."""
+    if name == "local_time":
+        return json.dumps({"city": args.get("city"), "time": "14:05", "utc_offset": "+01:00"})
+    if name == "convert_currency":
+        return json.dumps({"amount": round(float(args.get("amount") or 0) * 11.6, 2), "currency": args.get("target")})
+    if name == "packing_list":
+        return json.dumps({"items": ["rain jacket", "wool sweater", "boots"]})
+    return run_tool(name, args)
+
+
+def framework_args(doc: str, argv: list[str] | None, chat: bool = False) -> argparse.Namespace:
+    """The command line of the framework examples: ``--via wrap|direct|proxy``, ``--base-url`` of a running
+    llama-server (default: start one), turns, tokens, ``--json``; ``--chat openai|anthropic`` when ``chat``."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    if chat:
+        p.add_argument("--chat", choices=("openai", "anthropic"), default="openai", help="the chat model's API")
+    p.add_argument("--via", choices=("wrap", "direct", "proxy"), default="wrap", help="how requests reach the server")
+    p.add_argument("--base-url", help="a running llama-server (default: start one on loopback)")
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--turns", type=int, default=len(QUESTIONS))
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("--verbose", action="store_true", help="log agentcache's lifecycle events")
+    a = p.parse_args(argv)
+    configure_logs(a.verbose)
+    return a
+
+
+def serve_locally(stack: Any, base_url: str | None, via: str) -> str | None:
+    """The base URL (no ``/v1``) requests go to: ``base_url`` or a llama-server started here (SmolLM2, the
+    tools-first template), behind an ``agentcache proxy`` subprocess when ``via == "proxy"``. None when
+    llama-server or the model is missing."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    if base_url is None:
+        from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
+
+        model_path = smollm2_model_path()
+        if find_llama_server() is None or model_path is None:
+            return None
+        server = LlamaServer(model_path, chat_template_file=TOOLS_FIRST_TEMPLATE, extra_args=["--jinja"])
+        base_url = stack.enter_context(server).base_url
+    base_url = base_url.rstrip("/")
+    if via != "proxy":
+        return base_url
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "agentcache", "proxy", "--upstream", base_url, "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stack.callback(proc.wait, 30)
+    stack.callback(proc.terminate)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(url + "/v1/models", timeout=2).close()
+            return url
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("agentcache proxy did not start")
+
+
+def framework_summary(via: str, rows: list[tuple[int, int]], answer: str, session: Any) -> dict[str, Any]:
+    """What a framework example ran: per request the prompt and cached tokens the framework reported (the
+    server's own counts), totals, and what agentcache saw when it wrapped the client."""
+    prompt, cached = sum(p for p, _ in rows), sum(c for _, c in rows)
+    report = session.last_report if session is not None else None
+    return {
+        "via": via,
+        "answer": answer,
+        "requests": [{"prompt_tokens": p, "cached_tokens": c} for p, c in rows],
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "reuse": round(cached / prompt, 4) if prompt else 0.0,
+        "wrapped_turns": session.turns if session is not None else None,
+        "last_repairs": list(report.repairs) if report is not None else [],
+    }
+
+
+def print_framework_summary(result: dict[str, Any], as_json: bool) -> None:
+    """Print a framework example's summary as JSON, or as a short table."""
+    if as_json:
+        print(json.dumps(result))
+        return
+    print(f"answer: {result['answer']}\n\nrequest  prompt  cached   (via {result['via']})")
+    for i, row in enumerate(result["requests"], 1):
+        print(f"{i:>7} {row['prompt_tokens']:>7} {row['cached_tokens']:>7}")
+    print(f"\nengine-cached tokens: {result['cached_tokens']:,} / {result['prompt_tokens']:,} ({result['reuse']:.1%})")

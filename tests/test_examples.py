@@ -230,3 +230,56 @@ def test_shuffled_tools_keep_llama_cpp_cached_tokens_only_when_wrapped(tmp_path:
     total = sum(r.prompt_tokens for r in wrapped)
     assert sum(r.cached_tokens for r in wrapped) >= 0.6 * total
     assert sum(r.cached_tokens for r in shuffled) < 0.05 * total
+
+
+# ---- the framework recipes (LangChain, OpenAI Agents SDK, litellm) --------------------------------------------
+
+FRAMEWORK_EXAMPLES = [
+    ("langchain_agent.py", ["--chat", "openai"], "/v1/chat/completions"),
+    ("langchain_agent.py", ["--chat", "anthropic"], "/v1/messages"),
+    ("openai_agents_sdk.py", [], "/v1/chat/completions"),
+    ("litellm_agent.py", [], "/v1/chat/completions"),
+]
+needs_frameworks = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("langchain", "langchain_openai", "langchain_anthropic", "agents"))
+    or importlib.util.find_spec("litellm") is None,
+    reason="the framework packages are missing (pip install -e '.[dev]')",
+)
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    return [t["name"] if "name" in t else t["function"]["name"] for t in body["tools"]]
+
+
+@needs_frameworks
+@pytest.mark.parametrize(("script", "extra", "path"), FRAMEWORK_EXAMPLES)
+def test_framework_recipes_route_every_request_through_wrap(
+    upstream: FakeUpstream, script: str, extra: list[str], path: str
+) -> None:
+    """Against the fake upstream: wrapped, every request the framework sends is an agentcache turn and goes out
+    with the tools in their first-seen order; direct, the registry's new order reaches the wire every turn."""
+    wrapped = run_example(script, *extra, "--base-url", upstream.url, "--turns", "3", "--model", "gpt-4o")
+    sent = [s for s in upstream.seen if s.path == path]
+    assert len(sent) == len(wrapped["requests"]) == wrapped["wrapped_turns"] == 3
+    assert [_tool_names(s.body) for s in sent] == [_tool_names(sent[0].body)] * 3
+    assert wrapped["last_repairs"] == ["tools.reordered"]
+    assert wrapped["cached_tokens"] > 0  # the fake upstream's usage reached the framework unchanged
+    upstream.seen.clear()
+    direct = run_example(script, *extra, "--base-url", upstream.url, "--turns", "3", "--via", "direct")
+    orders = [_tool_names(s.body) for s in upstream.seen if s.path == path]
+    assert direct["wrapped_turns"] is None and len({tuple(o) for o in orders}) == 3
+
+
+@pytest.mark.llama
+@needs_llama
+@needs_frameworks
+@pytest.mark.parametrize(("script", "extra", "path"), FRAMEWORK_EXAMPLES)
+def test_framework_recipes_keep_llama_cpp_cached_tokens(
+    llama: LlamaServer, script: str, extra: list[str], path: str
+) -> None:
+    """On llama-server (tools rendered first): the tool order changes every user turn, yet each wrapped request
+    reuses the whole previous prompt, by the server's own count."""
+    result = run_example(script, *extra, "--base-url", llama.base_url, "--turns", "2", "--max-tokens", "1")
+    rows = result["requests"]
+    assert len(rows) == result["wrapped_turns"] == 2
+    assert rows[1]["cached_tokens"] >= rows[0]["prompt_tokens"] - 4 > 400, rows

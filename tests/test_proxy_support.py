@@ -384,7 +384,7 @@ def test_usage_tap_parses_only_lines_that_can_carry_usage(monkeypatch: Any) -> N
     ``timings``; terminal events are spotted by substring."""
     from types import SimpleNamespace
 
-    from agentcache.proxy import _forward
+    from agentcache.model import _bodytap
     from agentcache.proxy._forward import UsageTap
 
     parsed: list[Any] = []
@@ -393,7 +393,7 @@ def test_usage_tap_parses_only_lines_that_can_carry_usage(monkeypatch: Any) -> N
         parsed.append(obj := json.loads(data))
         return obj
 
-    monkeypatch.setattr(_forward, "json", SimpleNamespace(loads=loads))
+    monkeypatch.setattr(_bodytap, "json", SimpleNamespace(loads=loads))
     tap = UsageTap("anthropic.messages", "text/event-stream")
     tap.feed(b"".join(sse_bytes(anthropic_events({"input_tokens": 5, "cache_read_input_tokens": 20}))))
     assert [p["type"] for p in parsed] == ["message_start", "message_delta"]

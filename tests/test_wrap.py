@@ -198,9 +198,6 @@ def test_async_clients(upstream: FakeUpstream) -> None:
 def test_passthrough_of_what_the_wrapper_does_not_understand(upstream: FakeUpstream) -> None:
     session = Sessions(provider="anthropic").session()
     client = wrap(anthropic_client(upstream), session=session)
-    raw = client.messages.with_raw_response.create(**a_body(1))
-    assert raw.http_request.method == "POST" and raw.parse().usage.cache_read_input_tokens == 1200
-    assert session.turns == 0 and "cache_control" not in json.dumps(upstream.seen[-1].body)
     with pytest.raises(TypeError):
         client.messages.create(**a_body(1), not_a_parameter=1)
     assert session.turns == 0 and session.attempt == 0

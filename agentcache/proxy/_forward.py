@@ -2,7 +2,8 @@
 
 :class:`UpstreamResponse` sends the upstream status and headers, then every raw chunk as it arrives
 (``more_body=True``), never buffering the body. A :class:`UsageTap` reads usage from the chunks on the way
-through: it decodes and frames them and hands the events that can carry usage (Anthropic ``message_start`` /
+through (:mod:`agentcache.model._bodytap`, shared with ``wrap()``): it decodes and frames them and hands the events
+that can carry usage (Anthropic ``message_start`` /
 ``message_delta``, the OpenAI Chat chunks with ``usage`` or llama.cpp ``timings``, the Responses
 ``response.completed`` event), or the whole JSON body of a non-streaming response, to one
 :class:`~agentcache.model._usage.UsageAccumulator`. If the upstream stream breaks mid-way, the client's stream
@@ -13,22 +14,21 @@ the client goes away, the upstream response is closed at once. Either way the up
 
 from __future__ import annotations
 
-import json
 import time
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import anyio
 import httpx
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..model._usage import CacheUsage, UsageAccumulator
+from ..model._bodytap import TAP_LIMIT, UsageTap
+from ..model._usage import CacheUsage
 
 __all__ = [
+    "TAP_LIMIT",
     "StreamOutcome",
     "UpstreamResponse",
     "UpstreamStreamError",
@@ -53,9 +53,6 @@ HOP_BY_HOP = frozenset(
 )
 #: Encodings the usage tap can read; the pipeline routes ask the upstream for these only.
 _TAPPABLE = ("gzip", "deflate", "identity")
-#: The largest JSON response body (or SSE line) the tap holds to read usage from.
-TAP_LIMIT = 8 * 1024 * 1024
-_USAGE_MARKERS = UsageAccumulator.SSE_USAGE_MARKERS
 
 
 def request_headers(raw: Iterable[tuple[bytes, bytes]], *, pipeline: bool) -> list[tuple[bytes, bytes]]:
@@ -84,100 +81,6 @@ def response_headers(upstream: httpx.Response, extra: Iterable[tuple[bytes, byte
     out = [(k, v) for k, v in upstream.headers.raw if k.lower() not in HOP_BY_HOP]
     out.extend(extra)
     return out
-
-
-class UsageTap:
-    """Reads usage from a response body as it streams past, holding at most one SSE line (or a JSON body up
-    to :data:`TAP_LIMIT`). Only the framing lives here: decompression (gzip, deflate), SSE line splitting and
-    the JSON parsing of the ``data:`` lines that can carry usage (or of the whole body); what the events mean
-    is a :class:`~agentcache.model._usage.UsageAccumulator`'s. Never raises: anything unreadable just yields
-    no usage."""
-
-    def __init__(self, api: str, content_type: str, content_encoding: str = "") -> None:
-        self.api = api
-        self.sse = "text/event-stream" in content_type.lower()
-        enc = content_encoding.strip().lower()
-        self._decoder: Any = None
-        self._ok = True
-        if enc == "gzip":
-            self._decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif enc == "deflate":
-            self._decoder = zlib.decompressobj()
-        elif enc not in ("", "identity"):
-            self._ok = False
-        self._buf = bytearray()
-        self._acc = UsageAccumulator(api)
-
-    @property
-    def ended(self) -> bool:
-        """The api's terminal event went past (Anthropic ``message_stop``, Chat ``[DONE]``, Responses
-        ``response.completed`` / ``incomplete`` / ``failed``: ``TERMINAL_EVENTS``)."""
-        return self._acc.ended
-
-    def feed(self, chunk: bytes) -> None:
-        """Take one raw (possibly compressed) chunk."""
-        if not self._ok or not chunk:
-            return
-        try:
-            data = self._decoder.decompress(chunk) if self._decoder is not None else chunk
-            if self.sse:
-                self._feed_sse(data)
-            else:
-                self._buf += data
-                if len(self._buf) > TAP_LIMIT:
-                    self._ok = False
-                    self._buf.clear()
-        except Exception:  # unreadable: no usage, but the bytes still reach the client
-            self._ok = False
-
-    def _feed_sse(self, data: bytes) -> None:
-        self._buf += data
-        end = self._buf.rfind(b"\n")
-        if end < 0:
-            if len(self._buf) > TAP_LIMIT:
-                self._buf.clear()
-            return
-        lines = bytes(self._buf[:end]).split(b"\n")
-        del self._buf[: end + 1]
-        acc = self._acc
-        ends = acc.sse_end_markers
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            # Substring tests only (plain loops: cheaper than any()): the many delta lines that carry no usage
-            # are never parsed.
-            for marker in ends:
-                if marker in line:
-                    acc.end()
-                    break
-            for marker in _USAGE_MARKERS:
-                if marker in line:
-                    break
-            else:
-                continue
-            try:
-                obj = json.loads(line[5:])
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                acc.add_event(obj)
-
-    def result(self) -> CacheUsage | None:
-        """The usage read so far (call after the last chunk), or None."""
-        if not self._ok:
-            return None
-        if self.sse:
-            return self._acc.usage
-        try:
-            if self._decoder is not None:
-                self._buf += self._decoder.flush()
-            doc = json.loads(bytes(self._buf)) if self._buf else None
-        except Exception:
-            return None
-        if not isinstance(doc, dict):
-            return None
-        self._acc.add_body(doc)
-        return self._acc.usage
 
 
 class UpstreamStreamError(Exception):
