@@ -22,13 +22,13 @@ from .._log import get_logger
 from ..model._types import Api, Engine, parse_engine
 from ..model._usage import CacheUsage
 from ..session import MemoryStore, Session, Sessions, SGLangSink, StoreUnavailable
-from ..targets import Target, aprobe, resolve_target
+from ..targets import EngineTarget, Target, aprobe, resolve_target
 from ._config import ProxyConfig
 from ._errors import Style, error_response, upstream_failure
 from ._keepwarm import KeepWarmer
 from ._live import LiveReport
 from ._metrics import ProxyMetrics, model_label
-from ._transport import ShardedTransport, UpstreamClient, env_proxy
+from ._transport import CLOSES_AFTER_STREAM, ShardedTransport, UpstreamClient, env_proxy
 
 __all__ = ["ProxyState"]
 
@@ -129,16 +129,29 @@ class ProxyState:
     async def startup(self) -> None:
         """Create the pooled upstream client, recognise a local engine, start the idle sweeper."""
         c = self.config
-        limits = httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=c.max_keepalive)
+        limits = httpx.Limits(
+            max_connections=c.max_connections,
+            max_keepalive_connections=c.max_keepalive,
+            keepalive_expiry=c.keepalive_expiry,
+        )
         trust_env = not c.upstream_is_loopback  # no env proxy or cert settings for a local engine
         proxy = env_proxy(c.upstream_url) if trust_env else None
-        transport = self._transport or ShardedTransport(c.upstream_pools, limits, proxy=proxy, trust_env=trust_env)
+        transport = self._transport or ShardedTransport(
+            c.upstream_pools,
+            limits,
+            on_stale=lambda action: self.metrics.stale_connections.labels(action).inc(),
+            proxy=proxy,
+            trust_env=trust_env,
+        )
         timeout = httpx.Timeout(
             connect=c.connect_timeout, read=c.read_timeout, write=c.write_timeout, pool=c.pool_timeout
         )
         self._client = UpstreamClient(transport, timeout)
         self.metrics.live_sessions.set_function(lambda: float(self.store.live()))
         await self.detect()
+        engine = self.declared.engine if isinstance(self.declared, EngineTarget) else self.detected
+        if isinstance(transport, ShardedTransport) and engine in CLOSES_AFTER_STREAM:
+            transport.closes_after_stream = True
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def shutdown(self) -> None:
