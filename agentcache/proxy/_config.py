@@ -45,7 +45,8 @@ DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_SWEEP_INTERVAL = 30.0
 DEFAULT_MAX_SESSIONS = 10_000
 DEFAULT_MAX_TOMBSTONES = 50_000
-#: Memory budget of the live sessions' pipeline state in one process (estimated; LRU sessions are evicted).
+#: Memory budget of one process (estimated): live sessions, prefix index, tombstones, live report, key planners.
+#: Over it, the least recently active sessions are evicted.
 DEFAULT_MAX_STATE_MB = 256
 #: Message-boundary checkpoints of a session's last request kept in the prefix index.
 DEFAULT_INDEX_CHECKPOINTS = 64

@@ -26,7 +26,7 @@ from ..targets import EngineTarget, Target, aprobe, resolve_target
 from ._config import ProxyConfig
 from ._errors import Style, error_response, upstream_failure
 from ._keepwarm import KeepWarmer
-from ._live import LiveReport
+from ._live import SIM_PREFIX_BYTES, LiveReport
 from ._metrics import ProxyMetrics, model_label
 from ._transport import CLOSES_AFTER_STREAM, ShardedTransport, UpstreamClient, env_proxy
 
@@ -51,7 +51,11 @@ class ProxyState:
         self.config = config
         self.settings = settings or get_settings()
         self.metrics = ProxyMetrics()
-        self.report = LiveReport(self.metrics, config.simulate, config.report_max_sessions, config.report_max_records)
+        # The simulated caches may take a quarter of the memory budget (the rest: sessions, index, planners).
+        chain = max(1000, config.max_state_mb * 1024 * 1024 // 4 // SIM_PREFIX_BYTES)
+        self.report = LiveReport(
+            self.metrics, config.simulate, config.report_max_sessions, config.report_max_records, max_chain=chain
+        )
         self._transport = transport
         self._client: UpstreamClient | None = None
         self.declared: Target | None = None
@@ -94,7 +98,13 @@ class ProxyState:
             return RedisStore.from_url(
                 c.redis_url, timeout=c.redis_timeout, prefix=c.redis_prefix, session_ttl=ttl, **limits
             )
-        return MemoryStore(max_tombstones=c.max_tombstones, **limits)
+        # The budget covers what grows with traffic outside the store too: the live report and key planners.
+        return MemoryStore(max_tombstones=c.max_tombstones, held=self._held_bytes, **limits)
+
+    def _held_bytes(self) -> int:
+        """Estimated bytes of the live report and the key planners (counted in ``max_state_mb``)."""
+        sessions = getattr(self, "sessions", None)  # None while the manager is being built
+        return self.report.estimated_bytes() + (sessions.planner_bytes() if sessions is not None else 0)
 
     def target_for(self, api: Api) -> Target:
         """The target a new session whose first request speaks ``api`` plans for: the ``target`` setting, else
