@@ -14,7 +14,9 @@ to everything.
 
 The proxy's RSS is read from ``/proc/<pid>/status`` every ``--sample`` seconds. ``baseline`` is its RSS once
 started and warmed by 50 requests; the run passes when the growth over the baseline never exceeds
-``max_state_mb`` and the last third of the run grew by less than 10% of the budget (a plateau, not a slope).
+1.1 × ``max_state_mb`` (the budget counts estimates; what it leaves out is small and fixed-size: the
+model-rules LRU caches, 4,096 lineages, allocator slack) and the last third of the run grew by less than 10%
+of the budget (a plateau, not a slope).
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ def main() -> None:
     late = third[-1][2] - third[0][2] if len(third) > 1 else 0.0
     checks = {
         "no request failed": run["errors"] == 0,
-        f"growth over baseline within max_state_mb ({args.max_state_mb} MB)": peak - base <= args.max_state_mb,
+        f"growth over baseline within 1.1 × max_state_mb ({args.max_state_mb} MB)": peak - base
+        <= 1.1 * args.max_state_mb,
         "plateau: last third grew < 10% of the budget": late < 0.1 * args.max_state_mb,
     }
     print(

@@ -52,7 +52,7 @@ DEFAULT_INDEX_CHECKPOINTS = 64
 DEFAULT_MIN_INNER_MATCH = 2
 #: Bytes of one prefix-index entry (``(tenant, hash) → (sid, head)``) and of one tombstone (key, Tombstone,
 #: usage totals): 395 B and 481 B measured with a ``sys.getsizeof`` walk over 700-3,000 of each (CPython
-#: 3.11, benchmarks/memory_soak.py traffic), rounded up.
+#: 3.11, in-process traffic shaped like benchmarks/memory_soak.py), rounded up.
 INDEX_ENTRY_BYTES = 400
 TOMBSTONE_BYTES = 500
 
