@@ -27,7 +27,9 @@ class Settings(BaseSettings):
     breakpoint. This changes the prompt, so it is off by default.
     ``openai_cache_key``: ``lineage`` sets a ``prompt_cache_key`` per session lineage when the client
     sends none; ``off`` never adds one. ``openai_rpm_per_key``: requests/min one key may carry before
-    sessions are sharded over several keys (OpenAI's published ~15).
+    sessions are sharded over several keys (OpenAI's published ~15). ``openai_key_families``: static-prefix
+    (tools + system) families the key planner remembers per cache scope, least recently used dropped (~1 KB
+    each; an agent with a timestamp in its system prompt makes one per request).
     ``target``: whose cache rules every session plans for, whatever the door declares or detects: ``auto``
     (default: declared > detected > the request's API), ``anthropic``, ``openai``, ``engine``, or an engine
     name (``sglang``, ``llama.cpp``, ``vllm``). ``detect_engines``: ask an endpoint that is not a provider host
@@ -42,6 +44,7 @@ class Settings(BaseSettings):
     move_volatile: bool = False
     openai_cache_key: Literal["lineage", "off"] = "lineage"
     openai_rpm_per_key: float = Field(default=15.0, gt=0)
+    openai_key_families: int = Field(default=4096, gt=0)
     target: str = "auto"
     detect_engines: bool = True
 

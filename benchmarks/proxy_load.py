@@ -11,7 +11,8 @@ The fake upstream (its own process) draws a fault for each call with probability
 * ``stall``: no answer for 10 s (the proxy runs with a 2 s read timeout) → the client must get a 504;
 * ``cut``: the stream closed after two of its eight events → the client's stream must break too.
 
-It counts calls and faults by kind (``GET /stats``). The client (200 keep-alive connections, 30 s timeout per
+It counts calls (POSTs: the proxy's start-up engine probe, two GETs, gets a 404 and is counted apart as
+``probes``) and faults by kind (``GET /stats``). The client (200 keep-alive connections, 30 s timeout per
 request) classifies every outcome; the run passes when the client saw exactly as many failures of each kind as
 the upstream injected, every other request completed (``message_stop`` received), no request timed out on the
 client side, and the upstream saw exactly as many calls as the clients sent.
@@ -57,6 +58,10 @@ def serve_faulty(port: int, rate: float, seed: int = 7) -> None:
                 if head.startswith(b"GET /stats"):
                     doc = json.dumps(stats).encode()
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(doc), doc))
+                    continue
+                if not head.startswith(b"POST "):  # the proxy's engine probe at start-up (/v1/models, /props)
+                    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                    stats["probes"] += 1
                     continue
                 stats["calls"] += 1
                 kind = rng.choice(KINDS) if rng.random() < rate else "ok"
@@ -172,6 +177,7 @@ def main() -> None:
     checks = {
         "no request hung": outcomes["hang"] == 0,
         "no broken stream looked complete": outcomes["truncated"] == 0,
+        "no 5xx of agentcache's own": not any(k.startswith("http_5") for k in outcomes),
         "none lost (upstream calls == client requests)": upstream.get("calls", 0) == sent,
         **{f"{k}: client saw what upstream injected": outcomes[k] == upstream.get(k, 0) for k in KINDS},
         "every other request completed": outcomes["ok"] == upstream.get("ok", 0),
@@ -186,6 +192,12 @@ def main() -> None:
         "checks": checks,
     }
     print(f"{args.streams} streams × {args.seconds:.0f} s, fault rate {args.fault_rate:.0%}: {sent:,} requests")
+    failed = sum(outcomes[k] for k in KINDS)
+    own_5xx = sum(v for k, v in outcomes.items() if k.startswith("http_5"))
+    print(
+        f"requests {sent:,}, succeeded {outcomes['ok']:,}, upstream-failed {failed:,}, own-5xx {own_5xx}, "
+        f"hung {outcomes['hang']}, corrupted {outcomes['truncated']}"
+    )
     print("| outcome | client saw | upstream injected |\n|---|---|---|")
     for k in ("ok", *KINDS, "hang", "truncated"):
         print(f"| {k} | {outcomes[k]:,} | {upstream.get(k, 0) if k in ('ok', *KINDS) else '—'} |")

@@ -292,6 +292,10 @@ class Ledger:
             if _size(old) == 0:
                 break
 
+    def simulated_prefixes(self) -> int:
+        """Prefixes the simulated caches remember (what their memory grows with; bounded by ``max_chain``)."""
+        return sum(_size(s) for s in self._scopes.values())
+
     def _push(self, records: deque[Any], record: Any) -> None:
         records.append(record)
         while self.max_records is not None and len(records) > self.max_records:

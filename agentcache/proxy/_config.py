@@ -35,6 +35,9 @@ DEFAULT_WRITE_TIMEOUT = 60.0
 DEFAULT_POOL_TIMEOUT = 30.0
 DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_MAX_KEEPALIVE = 200
+#: Seconds an idle upstream connection stays pooled: below the 5 s keep-alive timeout of llama.cpp's server
+#: (cpp-httplib ``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND``), uvicorn and Node, so the proxy drops it first.
+DEFAULT_KEEPALIVE_EXPIRY = 4.0
 #: Connection pools the upstream transport spreads requests over (see ``_transport.py``).
 DEFAULT_UPSTREAM_POOLS = 8
 #: A session with no request for this long is closed (reason ``idle``).
@@ -42,7 +45,8 @@ DEFAULT_IDLE_TIMEOUT = 3600.0
 DEFAULT_SWEEP_INTERVAL = 30.0
 DEFAULT_MAX_SESSIONS = 10_000
 DEFAULT_MAX_TOMBSTONES = 50_000
-#: Memory budget of the live sessions' pipeline state in one process (estimated; LRU sessions are evicted).
+#: Memory budget of one process (estimated): live sessions, prefix index, tombstones, live report, key planners.
+#: Over it, the least recently active sessions are evicted.
 DEFAULT_MAX_STATE_MB = 256
 #: Message-boundary checkpoints of a session's last request kept in the prefix index.
 DEFAULT_INDEX_CHECKPOINTS = 64
@@ -88,6 +92,7 @@ class ProxyConfig(BaseSettings):
     pool_timeout: float = Field(default=DEFAULT_POOL_TIMEOUT, gt=0)
     max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, gt=0)
     max_keepalive: int = Field(default=DEFAULT_MAX_KEEPALIVE, ge=0)
+    keepalive_expiry: float = Field(default=DEFAULT_KEEPALIVE_EXPIRY, gt=0)
     upstream_pools: int = Field(default=DEFAULT_UPSTREAM_POOLS, ge=1)
     idle_timeout: float = Field(default=DEFAULT_IDLE_TIMEOUT, gt=0)
     sweep_interval: float = Field(default=DEFAULT_SWEEP_INTERVAL, gt=0)

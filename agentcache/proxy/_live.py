@@ -9,7 +9,10 @@ The same per-arm :class:`~agentcache.analysis.Ledger` as ``agentcache audit``, p
   difference is the money agentcache saved; the ``agentcache_saved_usd`` gauge follows it.
 
 Bounded: the most recent ``max_sessions`` sessions and ``max_records`` breaks and misses, a few simulated caches
-and prefixes (see the ledger), and the provider/model names seen (the most common ``max_names``).
+holding at most ``max_chain`` prefixes in all (see the ledger; each simulator keeps at most
+:data:`~agentcache.simulate._base.MAX_MODEL_SCOPES` model scopes, further client-chosen models share one), and the
+provider/model names seen (the most common ``max_names``). :meth:`LiveReport.estimated_bytes` is what the
+proxy counts against its memory budget for it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ from ._metrics import ProxyMetrics
 __all__ = ["LIVE_ARMS", "LiveReport"]
 
 LIVE_ARMS = ("as_sent", "agentcache", "reported")
+#: Bytes per session report (three arms' metrics): 837 B measured with a ``sys.getsizeof`` walk over 1,500
+#: (CPython 3.11), rounded up.
+SESSION_REPORT_BYTES = 900
+#: Bytes per simulated prefix, over the seen index, the cache entries and the static index: 586 B measured
+#: the same way over 33,000, rounded up.
+SIM_PREFIX_BYTES = 600
+#: Bytes per break or miss record with its strings (paths, causes, session key): an upper estimate.
+RECORD_BYTES = 1500
 
 
 class LiveReport:
@@ -40,9 +51,17 @@ class LiveReport:
         max_sessions: int = 10_000,
         max_records: int = 2_000,
         max_names: int = 64,
+        max_chain: int = 400_000,
     ) -> None:
         self.metrics = metrics
-        self.ledger = Ledger(None, reported=True, simulate=simulate, max_sessions=max_sessions, max_records=max_records)
+        self.ledger = Ledger(
+            None,
+            reported=True,
+            simulate=simulate,
+            max_sessions=max_sessions,
+            max_records=max_records,
+            max_chain=max_chain,
+        )
         self.max_names = max_names
         self.providers: Counter[str] = Counter()
         self.models: Counter[str] = Counter()
@@ -65,6 +84,17 @@ class LiveReport:
         if len(counts) > self.max_names:  # client-chosen strings: keep the most common only
             for rare, _ in counts.most_common()[self.max_names // 2 :]:
                 del counts[rare]
+
+    def estimated_bytes(self) -> int:
+        """Estimated bytes the report holds (the constants above; names counted by their length)."""
+        led = self.ledger
+        names = sum(len(n) + 100 for c in (self.providers, self.models) for n in c)
+        return (
+            len(led.sessions) * SESSION_REPORT_BYTES
+            + led.simulated_prefixes() * SIM_PREFIX_BYTES
+            + (len(led.breaks) + len(led.misses)) * RECORD_BYTES
+            + names
+        )
 
     def report(self, tenant: str | None = None) -> AuditReport:
         """The report (only ``tenant``'s sessions, breaks and misses when given; totals are then theirs)."""

@@ -11,6 +11,11 @@ metric                                                  labels / meaning
 ``agentcache_proxy_upstream_ttfb_seconds``              ``route``: request sent → response headers
 ``agentcache_proxy_upstream_errors_total``              ``route``, ``kind``: ``timeout``, ``connect``,
                                                         ``stream_cut``, ``other``
+``agentcache_proxy_stale_connections_total``            ``action``: ``resent`` (a pooled connection the upstream had
+                                                        closed, found before the request was written: sent on
+                                                        another), ``closed_after_stream`` (closed after a streamed
+                                                        response of an upstream that closes them; see
+                                                        ``_transport.py``)
 ``agentcache_proxy_fail_open_total``                    ``stage``: agentcache's own failures, request sent as is
 ``agentcache_proxy_store_errors_total``                 ``op``: shared-store failures (fail open)
 ``agentcache_proxy_stale_commits_total``                responses for a closed or older generation (ignored)
@@ -79,6 +84,14 @@ class ProxyMetrics:
         )
         self.upstream_errors = Counter(
             "upstream_errors", "Upstream failures", ["route", "kind"], namespace=ns, registry=reg
+        )
+        self.stale_connections = Counter(
+            "stale_connections",
+            "Pooled upstream connections found closed before a request was written (resent), or closed after a "
+            "streamed response because the upstream closes them (closed_after_stream)",
+            ["action"],
+            namespace=ns,
+            registry=reg,
         )
         self.fail_open = Counter(
             "fail_open", "agentcache failures on a request (sent unchanged)", ["stage"], namespace=ns, registry=reg

@@ -22,13 +22,13 @@ from .._log import get_logger
 from ..model._types import Api, Engine, parse_engine
 from ..model._usage import CacheUsage
 from ..session import MemoryStore, Session, Sessions, SGLangSink, StoreUnavailable
-from ..targets import Target, aprobe, resolve_target
+from ..targets import EngineTarget, Target, aprobe, resolve_target
 from ._config import ProxyConfig
 from ._errors import Style, error_response, upstream_failure
 from ._keepwarm import KeepWarmer
-from ._live import LiveReport
+from ._live import SIM_PREFIX_BYTES, LiveReport
 from ._metrics import ProxyMetrics, model_label
-from ._transport import ShardedTransport, UpstreamClient, env_proxy
+from ._transport import CLOSES_AFTER_STREAM, ShardedTransport, UpstreamClient, env_proxy
 
 __all__ = ["ProxyState"]
 
@@ -51,7 +51,11 @@ class ProxyState:
         self.config = config
         self.settings = settings or get_settings()
         self.metrics = ProxyMetrics()
-        self.report = LiveReport(self.metrics, config.simulate, config.report_max_sessions, config.report_max_records)
+        # The simulated caches may take a quarter of the memory budget (the rest: sessions, index, planners).
+        chain = max(1000, config.max_state_mb * 1024 * 1024 // 4 // SIM_PREFIX_BYTES)
+        self.report = LiveReport(
+            self.metrics, config.simulate, config.report_max_sessions, config.report_max_records, max_chain=chain
+        )
         self._transport = transport
         self._client: UpstreamClient | None = None
         self.declared: Target | None = None
@@ -94,7 +98,13 @@ class ProxyState:
             return RedisStore.from_url(
                 c.redis_url, timeout=c.redis_timeout, prefix=c.redis_prefix, session_ttl=ttl, **limits
             )
-        return MemoryStore(max_tombstones=c.max_tombstones, **limits)
+        # The budget covers what grows with traffic outside the store too: the live report and key planners.
+        return MemoryStore(max_tombstones=c.max_tombstones, held=self._held_bytes, **limits)
+
+    def _held_bytes(self) -> int:
+        """Estimated bytes of the live report and the key planners (counted in ``max_state_mb``)."""
+        sessions = getattr(self, "sessions", None)  # None while the manager is being built
+        return self.report.estimated_bytes() + (sessions.planner_bytes() if sessions is not None else 0)
 
     def target_for(self, api: Api) -> Target:
         """The target a new session whose first request speaks ``api`` plans for: the ``target`` setting, else
@@ -129,16 +139,29 @@ class ProxyState:
     async def startup(self) -> None:
         """Create the pooled upstream client, recognise a local engine, start the idle sweeper."""
         c = self.config
-        limits = httpx.Limits(max_connections=c.max_connections, max_keepalive_connections=c.max_keepalive)
+        limits = httpx.Limits(
+            max_connections=c.max_connections,
+            max_keepalive_connections=c.max_keepalive,
+            keepalive_expiry=c.keepalive_expiry,
+        )
         trust_env = not c.upstream_is_loopback  # no env proxy or cert settings for a local engine
         proxy = env_proxy(c.upstream_url) if trust_env else None
-        transport = self._transport or ShardedTransport(c.upstream_pools, limits, proxy=proxy, trust_env=trust_env)
+        transport = self._transport or ShardedTransport(
+            c.upstream_pools,
+            limits,
+            on_stale=lambda action: self.metrics.stale_connections.labels(action).inc(),
+            proxy=proxy,
+            trust_env=trust_env,
+        )
         timeout = httpx.Timeout(
             connect=c.connect_timeout, read=c.read_timeout, write=c.write_timeout, pool=c.pool_timeout
         )
         self._client = UpstreamClient(transport, timeout)
         self.metrics.live_sessions.set_function(lambda: float(self.store.live()))
         await self.detect()
+        engine = self.declared.engine if isinstance(self.declared, EngineTarget) else self.detected
+        if isinstance(transport, ShardedTransport) and engine in CLOSES_AFTER_STREAM:
+            transport.closes_after_stream = True
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def shutdown(self) -> None:

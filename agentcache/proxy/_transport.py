@@ -14,6 +14,27 @@ concurrent streams it dominated the relay path). :class:`ShardedTransport` sprea
 independent pools, each with its share of the limits, sending each request to the pool with the fewest
 requests in flight (so a pool with an idle keep-alive connection is preferred). The client still has one
 transport, created at startup and closed at shutdown.
+
+Stale keep-alive connections. httpcore hands a request an idle pooled connection only if polling its socket
+shows no pending EOF (``has_expired``), but the poll runs when the request is queued, one event-loop turn before
+the request is written, and a server's close can arrive in between. Each pooled connection is therefore wrapped
+(:class:`_Watched`) to look again right before the request's first byte: a connection found closed (or past its
+keep-alive expiry) is closed and reported to httpcore as ``ConnectionNotAvailable``, which makes httpcore's own
+pool loop put the request on another (or a new) connection. That is the only retry: once a byte of the request
+was written, the upstream may have received it, and any failure goes back to the caller (a 502), never resent.
+Counted in ``agentcache_proxy_stale_connections_total{action="resent"}``.
+
+Some servers close a keep-alive connection after every streamed response without saying so (no
+``Connection: close``), and their close can come milliseconds after the last chunk, so the next request may be
+written before it arrives and then fails after it was sent (llama.cpp's ``llama-server``: its chunked content
+provider returns ``has_next`` false at the end of a stream, which cpp-httplib treats as an aborted write and ends
+the keep-alive loop, ``tools/server/server-http.cpp``; measured here with llama-cpp-python 0.3.36's llama.cpp:
+the close comes 0.01–5 ms after the final chunk while the response advertised ``Keep-Alive: timeout=5``). For
+such an upstream (:data:`CLOSES_AFTER_STREAM`, set by the proxy for the engine it fronts) the transport closes
+the connection itself after each chunked response, so it is never reused
+(``agentcache_proxy_stale_connections_total{action="closed_after_stream"}``). The idle expiry
+(``keepalive_expiry``, default 4 s) stays below the 5 s keep-alive timeout of llama.cpp, uvicorn and Node, so an
+idle connection is never reused just as the server times it out.
 """
 
 from __future__ import annotations
@@ -24,9 +45,16 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpcore
 import httpx
 
-__all__ = ["ShardedTransport", "UpstreamClient", "env_proxy"]
+from ..model._types import Engine
+
+__all__ = ["CLOSES_AFTER_STREAM", "ShardedTransport", "UpstreamClient", "env_proxy"]
+
+#: Engines whose HTTP server closes a keep-alive connection after every streamed (chunked) response (see the
+#: module docstring for the source).
+CLOSES_AFTER_STREAM = frozenset({Engine.LLAMA_CPP})
 
 
 def env_proxy(url: str) -> str | None:
@@ -113,11 +141,122 @@ class _Released(httpx.AsyncByteStream):
                 self._release = None
 
 
+class _Watch:
+    """What the wrapped connections of one transport share: whether to close connections after a chunked
+    response, and the callback counting stale-connection actions (``resent``, ``closed_after_stream``)."""
+
+    def __init__(self, on_stale: Callable[[str], None] | None) -> None:
+        self.closes_after_stream = False
+        self.on_stale = on_stale
+
+    def count(self, action: str) -> None:
+        if self.on_stale is not None:
+            self.on_stale(action)
+
+
+class _Watched(httpcore.AsyncConnectionInterface):
+    """One pooled httpcore connection, checked again right before a request is written (module docstring)."""
+
+    def __init__(self, inner: httpcore.AsyncConnectionInterface, watch: _Watch) -> None:
+        self._inner = inner
+        self._watch = watch
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        # Idle (a reused keep-alive connection) and already closed by the server or past its expiry: nothing
+        # was written yet, so httpcore's pool may safely put the request on another connection.
+        if self._inner.is_idle() and self._inner.has_expired():
+            await self._inner.aclose()
+            self._watch.count("resent")
+            raise httpcore.ConnectionNotAvailable()
+        response = await self._inner.handle_async_request(request)
+        if self._watch.closes_after_stream and _chunked(response.headers):
+            stream = response.stream
+            response.stream = _CloseAfter(stream, self)
+        return response
+
+    async def close_after_stream(self) -> None:
+        if not self._inner.is_closed():
+            await self._inner.aclose()
+            self._watch.count("closed_after_stream")
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def info(self) -> str:
+        return self._inner.info()
+
+    def can_handle_request(self, origin: httpcore.Origin) -> bool:
+        return self._inner.can_handle_request(origin)
+
+    def is_available(self) -> bool:
+        return self._inner.is_available()
+
+    def has_expired(self) -> bool:
+        return self._inner.has_expired()
+
+    def is_idle(self) -> bool:
+        return self._inner.is_idle()
+
+    def is_closed(self) -> bool:
+        return self._inner.is_closed()
+
+    def __repr__(self) -> str:
+        return f"<_Watched {self._inner!r}>"
+
+
+def _chunked(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    return any(k.lower() == b"transfer-encoding" and b"chunked" in v.lower() for k, v in headers)
+
+
+class _CloseAfter:
+    """A connection's response stream that closes the connection once the response is closed."""
+
+    def __init__(self, stream: Any, conn: _Watched) -> None:
+        self._stream = stream
+        self._conn = conn
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            if hasattr(self._stream, "aclose"):
+                await self._stream.aclose()
+        finally:
+            await self._conn.close_after_stream()
+
+
+class _WatchedTransport(httpx.AsyncHTTPTransport):
+    """``httpx.AsyncHTTPTransport`` whose pool wraps every connection it creates in :class:`_Watched`.
+    httpcore's pools create connections through their public ``create_connection`` hook; httpx keeps the
+    pool in ``_pool`` (the one private name used: tests/test_proxy_stale.py fails if it goes away)."""
+
+    def __init__(self, watch: _Watch, **options: Any) -> None:
+        super().__init__(**options)
+        pool = self._pool
+        make = pool.create_connection
+
+        def create_connection(origin: httpcore.Origin) -> httpcore.AsyncConnectionInterface:
+            return _Watched(make(origin), watch)
+
+        setattr(pool, "create_connection", create_connection)  # noqa: B010  # an instance hook, not a method
+
+
 class ShardedTransport(httpx.AsyncBaseTransport):
     """``shards`` ``httpx.AsyncHTTPTransport`` pools behind one transport (see the module docstring).
-    ``limits`` are the totals; ``options`` go to every pool (``verify``, ``http2``, ``retries``...)."""
+    ``limits`` are the totals; ``options`` go to every pool (``verify``, ``http2``, ``retries``...).
+    ``on_stale(action)`` counts stale-connection actions; :attr:`closes_after_stream` (default False) makes
+    the pools close a connection after each chunked response (an upstream in :data:`CLOSES_AFTER_STREAM`)."""
 
-    def __init__(self, shards: int, limits: httpx.Limits, **options: Any) -> None:
+    def __init__(
+        self,
+        shards: int,
+        limits: httpx.Limits,
+        *,
+        on_stale: Callable[[str], None] | None = None,
+        **options: Any,
+    ) -> None:
         n = max(1, shards)
         per = httpx.Limits(
             max_connections=None if limits.max_connections is None else math.ceil(limits.max_connections / n),
@@ -126,8 +265,18 @@ class ShardedTransport(httpx.AsyncBaseTransport):
             else math.ceil(limits.max_keepalive_connections / n),
             keepalive_expiry=limits.keepalive_expiry,
         )
-        self._pools = [httpx.AsyncHTTPTransport(limits=per, **options) for _ in range(n)]
+        self._watch = _Watch(on_stale)
+        self._pools = [_WatchedTransport(self._watch, limits=per, **options) for _ in range(n)]
         self._inflight = [0] * n
+
+    @property
+    def closes_after_stream(self) -> bool:
+        """Whether connections are closed after each chunked response (see the module docstring)."""
+        return self._watch.closes_after_stream
+
+    @closes_after_stream.setter
+    def closes_after_stream(self, value: bool) -> None:
+        self._watch.closes_after_stream = value
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` on the least busy pool."""

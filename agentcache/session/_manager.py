@@ -143,10 +143,16 @@ class Manager:
             if scope is None:
                 scope = ScopeMemory()
                 scope.keys.rpm_per_key = self.settings.openai_rpm_per_key
+                scope.keys.max_families = self.settings.openai_key_families
             self._scopes[key] = scope
             while len(self._scopes) > DEFAULT_MAX_SCOPES:
                 self._scopes.popitem(last=False)
             return scope
+
+    def planner_bytes(self) -> int:
+        """Estimated bytes the cache scopes' key planners hold (counted in the proxy's memory budget)."""
+        with self._lock:
+            return sum(scope.keys.estimated_bytes() for scope in self._scopes.values())
 
     def pipeline_for(self, sess: Session, snapshot: dict[str, Any] | None) -> SessionPipeline:
         """A pipeline for ``sess`` (rebuilt from ``snapshot`` when given), in its tenant's cache scope."""

@@ -12,8 +12,12 @@ everything in this process, :class:`~agentcache.session.RedisStore` shares it be
   session's ``version``). Otherwise it returns False and touches nothing; a late response never changes state;
 * ``close`` and ``sweep`` (idle sessions) end a generation exactly once, returning the sessions they closed.
 
-Bounded: at most ``max_open`` live sessions whose estimated state stays within ``max_bytes`` (beyond either, the
-least recently active is closed, reason ``evicted``), ``max_tombstones`` closed ids remembered.
+Bounded: at most ``max_open`` live sessions, ``max_tombstones`` closed ids remembered, and the memory budget
+``max_bytes``: the estimated bytes of what :class:`MemoryStore` holds (each session's pipeline state, its
+prefix-index entries at :data:`INDEX_ENTRY_BYTES`, the tombstones at :data:`TOMBSTONE_BYTES`) plus whatever
+else grows with traffic that its owner reports through ``held`` (the proxy: its live report and key planners).
+Beyond either bound the least recently active session is closed (reason ``evicted``). Tombstones may take at
+most an eighth of the budget (fewer are then kept than ``max_tombstones``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ DEFAULT_MAX_TOMBSTONES = 50_000
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_INDEX_CHECKPOINTS = 64
 DEFAULT_MIN_INNER_MATCH = 2
+#: Bytes of one prefix-index entry (``(tenant, hash) → (sid, head)``) and of one tombstone (key, Tombstone,
+#: usage totals): 395 B and 481 B measured with a ``sys.getsizeof`` walk over 700-3,000 of each (CPython
+#: 3.11, in-process traffic shaped like benchmarks/memory_soak.py), rounded up.
+INDEX_ENTRY_BYTES = 400
+TOMBSTONE_BYTES = 500
 
 #: Builds a session's local object: ``(tenant, sid, parent, lineage, generation, snapshot) -> Session``; the
 #: snapshot (:meth:`~agentcache.session.SessionPipeline.snapshot`) is None for a new generation.
@@ -187,8 +196,11 @@ class MemoryStore:
         max_bytes: int = DEFAULT_MAX_BYTES,
         index_checkpoints: int = DEFAULT_INDEX_CHECKPOINTS,
         min_inner_match: int = DEFAULT_MIN_INNER_MATCH,
+        held: Callable[[], int] | None = None,
     ) -> None:
-        self.max_open, self.max_tombstones, self.max_bytes = max_open, max_tombstones, max_bytes
+        self.max_open, self.max_bytes = max_open, max_bytes
+        self.max_tombstones = max(1, min(max_tombstones, max_bytes // 8 // TOMBSTONE_BYTES))
+        self.held = held
         self.index_checkpoints, self.min_inner_match = index_checkpoints, min_inner_match
         self._live: OrderedDict[tuple[str, str], Session] = OrderedDict()  # least recently active first
         self._tombs: OrderedDict[tuple[str, str], Tombstone] = OrderedDict()
@@ -197,8 +209,13 @@ class MemoryStore:
 
     @property
     def state_bytes(self) -> int:
-        """Estimated state bytes of the live sessions."""
-        return self._bytes
+        """Estimated bytes the store holds: the live sessions' state, their index entries, the tombstones."""
+        return self._bytes + len(self._index) * INDEX_ENTRY_BYTES + len(self._tombs) * TOMBSTONE_BYTES
+
+    def budget_bytes(self) -> int:
+        """Estimated bytes counted against ``max_bytes``: :attr:`state_bytes` plus ``held()``."""
+        held = self.held() if self.held is not None else 0
+        return self.state_bytes + held
 
     def find(self, tenant: str, checkpoints: Checkpoints) -> str | None:
         """See :meth:`SessionStore.find`."""
@@ -266,9 +283,10 @@ class MemoryStore:
         return True
 
     def over_budget(self, now: float, keep: Session) -> list[Session]:
-        """Close least recently active sessions (not ``keep``) while the estimated state is over ``max_bytes``."""
+        """Close least recently active sessions (not ``keep``) while :meth:`budget_bytes` is over ``max_bytes``."""
         out: list[Session] = []
-        while self._bytes > self.max_bytes and len(self._live) > 1:
+        held = self.held() if self.held is not None else 0  # what the store cannot free: read once
+        while self.state_bytes + held > self.max_bytes and len(self._live) > 1:
             old = next(iter(self._live.values()))
             if old is keep:
                 break

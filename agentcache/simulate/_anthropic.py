@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from ..model import _causes as C
 from ..model._canonical import CanonicalRequest, Marker
-from ..model._rules import AnthropicRules, anthropic_rules, normalize_model
-from ._base import SeenIndex, SimResult, SimUsage
+from ..model._rules import AnthropicRules, anthropic_rules
+from ._base import ModelScopes, SeenIndex, SimResult, SimUsage
 
 _NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})
 
@@ -86,13 +86,13 @@ class AnthropicSimulator:
 
     def __init__(self, model: str | None = None):
         self._model = model
-        self._scopes: dict[str, _Scope] = {}
+        self._scopes: ModelScopes[_Scope] = ModelScopes(_Scope)
 
     def run(self, req: CanonicalRequest, now: float) -> SimResult:
         """Simulate one request (see module docstring)."""
         model = self._model or req.model
         rules = anthropic_rules(model)
-        scope = self._scopes.setdefault(normalize_model(model), _Scope())
+        scope = self._scopes.get(model)
         m_blocks = scope.seen.depth(req)
         matched = req.tokens_before(m_blocks)
         prompt = req.tokens

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from ..model._canonical import CanonicalRequest
+from ..model._rules import normalize_model
+
+S = TypeVar("S")
+
+#: Distinct models one simulator keeps a cache scope for. ``model`` is chosen by the client, so once this many
+#: scopes exist every further model's requests share the scope :data:`OTHER_MODEL` (their prefixes still
+#: differ, so sharing only merges unrelated entries; the price of each request is still its own model's).
+MAX_MODEL_SCOPES = 32
+OTHER_MODEL = "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,3 +88,33 @@ class Simulator(Protocol):
     provider: str
 
     def run(self, req: CanonicalRequest, now: float) -> SimResult: ...
+
+
+class ModelScopes(Generic[S]):
+    """A simulator's per-model cache scopes, at most ``limit`` of them (see :data:`MAX_MODEL_SCOPES`).
+    ``get(model)`` returns the scope of ``model`` (normalised: ``normalize_model``), created by ``factory``."""
+
+    __slots__ = ("_factory", "_scopes", "limit")
+
+    def __init__(self, factory: Callable[[], S], limit: int = MAX_MODEL_SCOPES) -> None:
+        self._factory = factory
+        self._scopes: dict[str, S] = {}
+        self.limit = max(1, limit)
+
+    def get(self, model: str) -> S:
+        key = normalize_model(model)
+        scope = self._scopes.get(key)
+        if scope is None:
+            if len(self._scopes) >= self.limit - 1:
+                key = OTHER_MODEL  # the last slot is the shared one
+                scope = self._scopes.get(key)
+            if scope is None:
+                scope = self._scopes[key] = self._factory()
+        return scope
+
+    def values(self) -> Iterator[S]:
+        """The scopes (the ledger sizes them)."""
+        return iter(self._scopes.values())
+
+    def __len__(self) -> int:
+        return len(self._scopes)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 from ..model import _causes as C
 from ..model._canonical import CanonicalRequest
-from ..model._rules import OpenAIRules, normalize_model, openai_rules
-from ._base import SeenIndex, SimResult, SimUsage
+from ..model._rules import OpenAIRules, openai_rules
+from ._base import ModelScopes, SeenIndex, SimResult, SimUsage
 
 _EXTENDED = ("24h", "extended")
 
@@ -57,13 +57,13 @@ class OpenAISimulator:
 
     def __init__(self, model: str | None = None):
         self._model = model
-        self._scopes: dict[str, _Scope] = {}
+        self._scopes: ModelScopes[_Scope] = ModelScopes(_Scope)
 
     def run(self, req: CanonicalRequest, now: float) -> SimResult:
         """Simulate one request; ``now`` in seconds, non-decreasing."""
         model = self._model or req.model
         rules = openai_rules(model)
-        scope = self._scopes.setdefault(normalize_model(model), _Scope())
+        scope = self._scopes.get(model)
         m_blocks = scope.seen.depth(req)
         matched = req.tokens_before(m_blocks)
         key = (routing_hash(req, rules.routing_prefix_tokens), req.cache_key or "")
