@@ -6,8 +6,8 @@ run with the same opening prompt, a run that spawns a subagent), once directly a
 traffic is generated here, at test time (these clients' prompts are not ours to commit).
 
 Skipped when a client binary is absent, unless ``AGENTCACHE_REQUIRE_CLIENTS=1`` (CI), where absence fails. The
-assertions that need the identity work of issue 11 (client markers outrank restored ones, client-declared sessions
-and parents, inference that never switches conversations, ``role: "system"`` shape) are strict xfails per client.
+assertions cover the identity work of issue 11: client markers outrank agentcache's own, client-declared sessions
+and parents, inference that never switches conversations, ``role: "system"`` shape kept.
 """
 
 from __future__ import annotations
@@ -32,34 +32,6 @@ from tests.clients.harness import (
     masked,
     run_trace,
 )
-
-IDENTITY = "needs identity fixes (issue 11 items 1-3, 6)"
-#: (test, client) pairs that fail on the clients branch until the identity work lands; see the module docstring.
-XFAIL: dict[str, set[str]] = {
-    # opencode marks its short title request (below the model's minimum cacheable length); the planner drops
-    # those markers (README: "never below the model's minimum"), which the issue's "every marker kept" forbids.
-    "test_client_markers_kept": {"opencode"},
-    "test_role_system_messages_keep_their_shape": {"claude-code"},
-    "test_sessions_are_the_true_conversations": {"claude-code", "codex", "opencode"},
-    "test_subagents_are_linked_to_their_parent": {"claude-code", "codex", "opencode"},
-    "test_no_break_the_client_did_not_cause": {"codex"},
-}
-
-
-#: Fail on some runs only: the title request of the same-prompt run (Claude Code, opencode) equals the first run's
-#: and joins its session by inference or not depending on timing (issue 11 item 3) — not strict until fixed.
-FLAKY = {
-    ("test_sessions_are_the_true_conversations", "claude-code"),
-    ("test_sessions_are_the_true_conversations", "opencode"),
-}
-
-
-def _xfail_for(request: pytest.FixtureRequest, client: str) -> None:
-    name = request.node.originalname
-    if client in XFAIL.get(name, set()):
-        strict = (name, client) not in FLAKY
-        request.applymarker(pytest.mark.xfail(strict=strict, reason=IDENTITY))
-
 
 _HOME = Path(tempfile.mkdtemp(prefix="agentcache-clients-"))
 
@@ -130,9 +102,8 @@ def test_prompt_cache_key_kept(runs: tuple[Trace, Trace]) -> None:
         assert all(isinstance(k, str) and k for k in keys)
 
 
-def test_client_markers_kept(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+def test_client_markers_kept(runs: tuple[Trace, Trace]) -> None:
     _, proxied = runs
-    _xfail_for(request, proxied.client)
     for ex in proxied.exchanges:
         assert ex.forwarded is not None
         lost = set(markers(ex.sent.body)) - set(markers(ex.forwarded.body))
@@ -152,7 +123,7 @@ def test_marker_rules(runs: tuple[Trace, Trace]) -> None:
         assert marker_order_ok(body), ex.label
 
 
-def test_role_system_messages_keep_their_shape(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+def test_role_system_messages_keep_their_shape(runs: tuple[Trace, Trace]) -> None:
     _, proxied = runs
     pairs = [
         (ex, i)
@@ -162,18 +133,16 @@ def test_role_system_messages_keep_their_shape(request: pytest.FixtureRequest, r
     ]
     if not pairs:
         pytest.skip(f"{proxied.client} sends no role: system messages")
-    _xfail_for(request, proxied.client)
     for ex, i in pairs:
         assert ex.forwarded is not None
         sent, forwarded = ex.sent.body["messages"][i], ex.forwarded.body["messages"][i]
         assert type(forwarded["content"]) is type(sent["content"]), (ex.label, i)
 
 
-def test_sessions_are_the_true_conversations(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+def test_sessions_are_the_true_conversations(runs: tuple[Trace, Trace]) -> None:
     """One session per conversation (fresh + its continues; the same-prompt run; the subagent run; its subagent);
     a side request (a title) never joins another run's session."""
     _, proxied = runs
-    _xfail_for(request, proxied.client)
     sessions: dict[str, set[str | None]] = defaultdict(set)
     for ex in proxied.exchanges:
         sessions[ex.label].add(ex.session)
@@ -189,9 +158,8 @@ def test_sessions_are_the_true_conversations(request: pytest.FixtureRequest, run
             assert len(side) == 1
 
 
-def test_subagents_are_linked_to_their_parent(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+def test_subagents_are_linked_to_their_parent(runs: tuple[Trace, Trace]) -> None:
     _, proxied = runs
-    _xfail_for(request, proxied.client)
     labels = _by_label(proxied)
     parent = labels["subagent:main"][0].session
     child = labels["subagent:sub"][0].session
@@ -199,11 +167,10 @@ def test_subagents_are_linked_to_their_parent(request: pytest.FixtureRequest, ru
     assert proxied.parents.get(child) == parent
 
 
-def test_no_break_the_client_did_not_cause(request: pytest.FixtureRequest, runs: tuple[Trace, Trace]) -> None:
+def test_no_break_the_client_did_not_cause(runs: tuple[Trace, Trace]) -> None:
     """Every break the proxy reports is at a request where the client itself changed tools, system or an earlier
     message (markers ignored) against the session's previous request; never at a continuing request."""
     _, proxied = runs
-    _xfail_for(request, proxied.client)
     assert proxied.report["breaks"] is not None
     for brk in proxied.report["breaks"]:
         assert break_is_client_caused(proxied, brk), brk
