@@ -145,8 +145,8 @@ def load_proxy_config(path: str | Path | None = None, **overrides: Any) -> Proxy
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            raw = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         table = raw.get("proxy", {})
         if not isinstance(table, dict):
