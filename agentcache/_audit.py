@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from ._config import Settings
 from ._exceptions import ConfigError, InputError
+from ._log import get_logger
 from .analysis._ledger import Ledger
 from .analysis._report import AuditReport
 from .loaders import Record
@@ -30,6 +31,8 @@ from .session import Identity, MemoryStore, Sessions
 from .targets import resolve_target
 
 __all__ = ["audit"]
+
+log = get_logger("agentcache.audit")
 
 
 def audit(
@@ -68,14 +71,19 @@ def audit(
     for n, rec in enumerate(recs):
         try:
             turn = sessions.begin(rec.api, rec.body, identity=Identity(session=rec.session), now=0.0, at=rec.at)
+            turn.commit()
+            turn.finish(normalize_usage(rec.usage, rec.api) if rec.usage is not None else None)
+            i = counts.get(rec.session, 0)
+            ledger.record(rec.session, i, turn.prepared)
         except (InputError, ConfigError) as exc:  # one bad record never stops the audit
             errors.append(InputError(str(exc), source=rec.source or None, record=rec.index))
             continue
-        turn.commit()
-        turn.finish(normalize_usage(rec.usage, rec.api) if rec.usage is not None else None)
-        i = counts.get(rec.session, 0)
+        except Exception as exc:  # nor does a bug of ours on one record: it is named, the others audited
+            log.debug("audit.record_failed", source=rec.source, record=rec.index, exc_info=True)
+            message = f"cannot audit ({type(exc).__name__}: {exc})"
+            errors.append(InputError(message, source=rec.source or None, record=rec.index))
+            continue
         counts[rec.session] = i + 1
-        ledger.record(rec.session, i, turn.prepared)
         if progress is not None:
             progress(n + 1)
     ledger.finish()

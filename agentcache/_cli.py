@@ -5,7 +5,8 @@ and the global options ``--version``, ``--log-format`` and ``--log-level``.
 
 Bad input never produces a traceback: every unreadable file, unknown format, malformed record or invalid
 option value is reported as one line on stderr (``agentcache: error: <file> record <n>: <what>``), the
-remaining inputs are still audited, and the exit code is 2 at the end.
+remaining inputs are still audited, and the exit code is 2 at the end (:mod:`agentcache._cli_errors`).
+``replay`` exits 1 when any replayed request failed.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import __version__
 from ._audit import audit as run_audit
-from ._exceptions import ConfigError, InputError
+from ._cli_errors import EXIT_BAD_INPUT, Errors, fail, load_all
+from ._exceptions import ConfigError
 from ._log import get_logger
 from ._logging import LEVELS, RENDERERS, configure_logging
 from .analysis._html import render_html
 from .analysis._render import make_console, render_report
 from .analysis._report import AuditReport
-from .loaders import FORMATS, Record, load
+from .loaders import FORMATS, Record
 
 __all__ = ["app", "main"]
 
@@ -47,8 +49,6 @@ class ProviderChoice(StrEnum):
 FormatChoice = Enum("FormatChoice", {f.replace("-", "_"): f for f in FORMATS}, type=str)  # type: ignore[misc]
 #: Show a progress bar (on a terminal) when auditing more records than this.
 PROGRESS_THRESHOLD = 200
-#: Exit code for bad input (files, records, option values), as for usage errors.
-EXIT_BAD_INPUT = 2
 
 log = get_logger("agentcache.cli")
 
@@ -59,40 +59,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
 )
-
-
-class _Errors:
-    """Counts bad-input errors and prints each as one line on stderr. Errors about single records are held
-    until :meth:`flush`, which prints them in file and record order (loading finds some, the audit others)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._held: list[InputError] = []
-
-    def add(self, message: str) -> None:
-        """Print ``agentcache: error: <message>`` (newlines folded) and count it."""
-        self.count += 1
-        one_line = " ".join(message.split("\n"))
-        typer.echo(f"agentcache: error: {one_line}", err=True)
-
-    def record(self, err: InputError) -> None:
-        """Count a bad record's error; printed by :meth:`flush`."""
-        self.count += 1
-        self._held.append(err)
-
-    def flush(self) -> None:
-        """Print the held record errors, ordered by file (in argument order) and record index."""
-        files = {e.source: i for i, e in reversed(list(enumerate(self._held)))}
-        held, self._held = self._held, []
-        for err in sorted(held, key=lambda e: (files[e.source], -1 if e.record is None else e.record)):
-            self.count -= 1
-            self.add(str(err))
-
-
-def _fail(message: str) -> typer.Exit:
-    """Print a one-line error and return the Exit(2) to raise."""
-    _Errors().add(message)
-    return typer.Exit(EXIT_BAD_INPUT)
 
 
 def _version(value: bool) -> None:
@@ -121,7 +87,7 @@ def _root(
     try:
         configure_logging(log_format, log_level)
     except ConfigError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 @app.command("audit")
@@ -154,9 +120,9 @@ def audit_command(
     ] = None,
 ) -> None:
     """Audit recorded traffic: what its prompt caching cost, what it could cost, and why each prefix broke."""
-    errors = _Errors()
+    errors = Errors()
     fmt_name = fmt.value if fmt is not None else None
-    records = _load_all(paths, fmt_name, None if tools is None else str(tools), errors)
+    records = load_all(paths, fmt_name, None if tools is None else str(tools), errors)
     if not records:
         errors.flush()
         if not errors.count:
@@ -180,32 +146,8 @@ def audit_command(
         raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def _load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: _Errors) -> list[Record]:
-    """Records of every loadable file, in argument order; every problem goes to ``errors``."""
-    records: list[Record] = []
-    for path in paths:
-        try:
-            result = load(path, fmt, tools_path=tools)
-        except InputError as exc:
-            errors.add(str(exc))
-            continue
-        except Exception as exc:  # a loader choking on unexpected input must not end the whole run
-            log.debug("load.failed", path=str(path), exc_info=True)
-            errors.add(f"{path}: cannot load ({type(exc).__name__}: {exc})")
-            continue
-        for err in result.errors:
-            errors.record(err)
-        if not result.records and not result.errors:
-            errors.add(f"{path}: no records to audit")
-        log.info(
-            "load.done", path=str(path), format=result.format, records=len(result.records), errors=len(result.errors)
-        )
-        records.extend(result.records)
-    return records
-
-
 def _audit_all(
-    records: list[Record], provider: str | None, model: str | None, errors: _Errors, compare: bool = False
+    records: list[Record], provider: str | None, model: str | None, errors: Errors, compare: bool = False
 ) -> AuditReport | None:
     """Audit ``records`` once; records the audit could not read are reported to ``errors``.
 
@@ -311,7 +253,7 @@ def serve_command(
         )
         code = serve(options, dry_run=dry_run, log_dir=log_dir, ready_timeout=ready_timeout)
     except ConfigError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     raise typer.Exit(code)
 
 
@@ -358,7 +300,7 @@ def proxy_command(
         from ._config import configure
         from .proxy import load_proxy_config, serve
     except ImportError as exc:
-        raise _fail(f"the proxy needs the 'proxy' extra: pip install 'agentcache[proxy]' ({exc})") from None
+        raise fail(f"the proxy needs the 'proxy' extra: pip install 'agentcache[proxy]' ({exc})") from None
     root = ctx.parent
     if root is not None:  # one JSON line per request, unless --log-format/--log-level say otherwise
         sources = [root.get_parameter_source(n) for n in ("log_format", "log_level")]
@@ -378,7 +320,10 @@ def proxy_command(
             idle_timeout=idle_timeout,
         )
     except ConfigError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
+    except Exception as exc:  # a config file no reader anticipated: still one line, never a traceback
+        log.debug("proxy.config_failed", exc_info=True)
+        raise fail(f"cannot read config {config}: {type(exc).__name__}: {exc}") from None
     serve(proxy_config, settings)
 
 
@@ -431,17 +376,17 @@ def replay_command(
     try:
         from .replay import ReplayConfig, render_table, replay
     except ImportError as exc:  # httpx is the replay's own dependency
-        raise _fail(f"agentcache replay needs {exc.name or 'httpx'}: pip install 'agentcache[serve]'") from None
+        raise fail(f"agentcache replay needs {exc.name or 'httpx'}: pip install 'agentcache[serve]'") from None
 
-    errors = _Errors()
-    records = _load_all(paths, fmt.value if fmt is not None else None, None if tools is None else str(tools), errors)
+    errors = Errors()
+    records = load_all(paths, fmt.value if fmt is not None else None, None if tools is None else str(tools), errors)
     errors.flush()
     if not records:
         if not errors.count:
             errors.add("no records to replay in " + ", ".join(str(p) for p in paths))
         raise typer.Exit(EXIT_BAD_INPUT)
     if concurrency < 1 or max_tokens < 0:
-        raise _fail("--concurrency must be >= 1 and --max-tokens >= 0")
+        raise fail("--concurrency must be >= 1 and --max-tokens >= 0")
     config = ReplayConfig(
         endpoint=endpoint,
         api=api.value,
@@ -463,5 +408,7 @@ def replay_command(
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         render_table([result], make_console())
-    if errors.count or result.completed == 0:
-        raise typer.Exit(EXIT_BAD_INPUT if errors.count else 1)
+    if errors.count:
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if result.errors or not result.turns:  # a failed request fails the run (what CI and scripts check)
+        raise typer.Exit(1)

@@ -68,8 +68,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            raw = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         if "agentcache" in raw:
             data = raw["agentcache"]

@@ -32,6 +32,7 @@ from tests.test_proxy_support import (
 )
 
 A = {"x-api-key": ANTHROPIC_KEY}
+ADMIN = {"x-agentcache-admin-token": "s3cret"}
 SCHEMA_KEYS = {"provider", "model", "totals", "sessions", "breaks", "misses"}
 METRICS_KEYS = {
     "requests",
@@ -48,13 +49,13 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def test_metrics_and_report_on_loopback() -> None:
+def test_metrics_and_report() -> None:
     async def scenario() -> None:
-        async with proxy() as (client, state, _):
+        async with proxy(admin_token="s3cret") as (client, state, _):
             for n in (1, 3, 5):
                 await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=A)
             await client.post("/v1/messages", json=anthropic_body(conversation(1)), headers={"x-api-key": OTHER_KEY})
-            text = (await client.get("/metrics")).text
+            text = (await client.get("/metrics", headers=ADMIN)).text
             assert (
                 'agentcache_proxy_requests_total{model="claude-sonnet-4-5",provider="anthropic",'
                 'route="/v1/messages",status="200"} 4.0' in text
@@ -74,7 +75,7 @@ def test_metrics_and_report_on_loopback() -> None:
             assert "agentcache_saved_usd" in text
             assert 'agentcache_session_events_total{event="turn"} 4.0' in text
             assert "agentcache_proxy_live_sessions 2.0" in text
-            doc = (await client.get("/agentcache/v1/report")).json()
+            doc = (await client.get("/agentcache/v1/report", headers=ADMIN)).json()  # all tenants
             assert set(doc) == SCHEMA_KEYS
             assert doc["provider"] == "anthropic" and doc["model"] == "claude-sonnet-4-5"
             assert set(doc["totals"]) == {"as_sent", "agentcache", "reported"}
@@ -86,9 +87,11 @@ def test_metrics_and_report_on_loopback() -> None:
             assert doc["totals"]["agentcache"]["cost_usd"] < doc["totals"]["as_sent"]["cost_usd"]
             assert {m["cause"] for m in doc["misses"] if m["arm"] == "as_sent"} == {"markers.missing"}
             tenant = tenant_of(A, state.config.tenant_salt)
-            mine = (await client.get("/agentcache/v1/report", params={"tenant": tenant})).json()
+            mine = (await client.get("/agentcache/v1/report", params={"tenant": tenant}, headers=ADMIN)).json()
             assert [s["session"].split("/")[0] for s in mine["sessions"]] == [tenant]
             assert mine["totals"]["reported"]["requests"] == 3
+            # the caller's own view, by its API key alone, is the same document
+            assert (await client.get("/agentcache/v1/report", headers=A)).json() == mine
 
     run(scenario())
 
@@ -218,7 +221,8 @@ def test_admin_endpoints_disabled_beyond_loopback_without_token() -> None:
     async def scenario() -> None:
         async with proxy(host="0.0.0.0") as (client, _, _):
             assert (await client.get("/metrics")).status_code == 403
-            assert (await client.get("/agentcache/v1/report")).status_code == 403
+            # the report is per tenant: a caller sees its own (empty so far), never all of them
+            assert (await client.get("/agentcache/v1/report", params={"tenant": "0" * 16})).status_code == 403
             # the API itself is still served
             r = await client.post("/v1/messages", json=anthropic_body(conversation(1)), headers=A)
             assert r.status_code == 200

@@ -102,8 +102,6 @@ def test_malformed_and_oversized_bodies_get_the_callers_error_format() -> None:
             body = r.json()
             assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
             assert "not valid JSON" in body["error"]["message"]
-            r = await client.post("/v1/chat/completions", content=b"[1, 2]")
-            assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
             big = json.dumps(anthropic_body(conversation(1))).encode()
             r = await client.post("/v1/messages", content=big, headers=A)
             assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"

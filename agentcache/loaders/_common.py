@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,42 @@ def read_text(path: Path) -> str:
 
 
 def read_json(path: Path) -> Any:
-    """The file parsed as one JSON document (object key order preserved)."""
+    """The file parsed as one JSON document (object key order preserved); raises :class:`InputError` for
+    invalid JSON or a document nested too deeply for the parser."""
     text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON: {exc}", source=str(path)) from exc
+    except RecursionError as exc:
+        raise InputError(f"invalid JSON: {problem(exc)}", source=str(path)) from exc
+
+
+def problem(exc: BaseException) -> str:
+    """One line saying why a record could not be read, for whatever ``exc`` reading it raised: a
+    ``ValueError``'s own message (the loaders describe bad records that way), else the exception's kind and
+    text (a loader's own bug must cost one record, not the file, and still name it)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to read"
+    if isinstance(exc, ValueError) and not isinstance(exc, UnicodeError):
+        return str(exc)
+    return f"cannot read ({type(exc).__name__}: {exc})"
+
+
+#: A JSON escape of a UTF-16 surrogate; only a pair of them (high, low) is a character.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def check_unicode(raw: str, value: Any) -> None:
+    """Raise ``ValueError`` when ``value`` (parsed from the JSON text ``raw``) holds a lone surrogate: valid
+    JSON syntax (RFC 8259 §8.2), but no Unicode text: it has no UTF-8 bytes to hash or count. Only texts that
+    spell a surrogate escape are checked."""
+    if _SURROGATE_ESCAPE.search(raw) is None:
+        return
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"holds a lone surrogate (\\u{ord(exc.object[exc.start]):04x}): not Unicode text") from None
 
 
 def session_id(path: Path, name: str | None = None) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcache._exceptions import UnknownFormatError
-from agentcache.loaders._common import read_text
+from agentcache.loaders._common import problem, read_text
 
 FORMATS: tuple[str, ...] = ("taubench", "swe-agent", "openhands", "chat", "case", "jsonl")
 _JSONL_KEYS = frozenset({"session", "api", "body"})
@@ -49,7 +49,7 @@ def _first_line_is_record(text: str) -> bool:
     line = next((ln for ln in text.split("\n") if ln.strip()), "")
     try:
         obj = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
     return isinstance(obj, dict) and obj.keys() >= _JSONL_KEYS
 
@@ -67,11 +67,11 @@ def sniff(path: Path) -> tuple[str, Any]:
     text = read_text(path)
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         if _first_line_is_record(text):
             return "jsonl", None
         raise UnknownFormatError(
-            f"unknown format: {path.name} is neither JSON nor JSONL ({exc})", source=str(path)
+            f"unknown format: {path.name} is neither JSON nor JSONL ({problem(exc)})", source=str(path)
         ) from exc
     fmt = shape_format(doc)
     if fmt is None:

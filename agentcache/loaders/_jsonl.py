@@ -2,7 +2,8 @@
 
 Shape: one JSON object per line, ``{"session": str, "api": one of APIS, "at"?: number, "body": {...},
 "usage"?: {...}}``. Lines are split on newlines only (JSON strings may hold U+2028); blank lines are
-skipped. A malformed line becomes an :class:`InputError` with ``record`` = its 0-based line index (also the
+skipped. A malformed line (invalid JSON, nested too deeply, a lone surrogate, a wrong shape; or anything that
+makes reading it fail) becomes an :class:`InputError` with ``record`` = its 0-based line index (also the
 record's ``index``); the other lines still load. Sessions are prefixed with the file stem:
 ``<stem>/<session>``.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcache._exceptions import InputError
-from agentcache.loaders._common import Loaded, is_number, read_text, session_id
+from agentcache.loaders._common import Loaded, check_unicode, is_number, problem, read_text, session_id
 from agentcache.loaders._record import APIS, Record
 
 
@@ -24,6 +25,9 @@ def parse_line(path: Path, line: str, index: int) -> Record:
         obj: Any = json.loads(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError(f"invalid JSON: {problem(exc)}") from exc
+    check_unicode(line, obj)
     if not isinstance(obj, dict):
         raise ValueError("line is not a JSON object")
     session, api, body = obj.get("session"), obj.get("api"), obj.get("body")
@@ -58,6 +62,6 @@ def load_jsonl(path: Path, doc: Any = None) -> Loaded:
             continue
         try:
             records.append(parse_line(path, line, i))
-        except ValueError as exc:
-            errors.append(InputError(str(exc), source=str(path), record=i))
+        except Exception as exc:  # any failure costs this line only
+            errors.append(InputError(problem(exc), source=str(path), record=i))
     return records, errors

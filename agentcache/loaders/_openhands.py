@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcache._exceptions import InputError
-from agentcache.loaders._common import Loaded, session_id
+from agentcache.loaders._common import Loaded, problem, session_id
 from agentcache.loaders._record import Record
 
 SYSTEM_PLACEHOLDER = "OpenHands system prompt (not recorded)"
@@ -91,8 +91,8 @@ def load_openhands(path: Path, doc: Any) -> Loaded:
                 continue
             try:
                 reply = _assistant(response)
-            except ValueError as exc:
-                errors.append(InputError(str(exc), source=src, record=i))
+            except Exception as exc:  # one bad step costs that step only
+                errors.append(InputError(problem(exc), source=src, record=i))
                 continue
             seen.add(key)
             body = {"model": str(response.get("model", "unknown")), "messages": list(messages)}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcache._exceptions import InputError
-from agentcache.loaders._common import Loaded, session_id
+from agentcache.loaders._common import Loaded, problem, session_id
 from agentcache.loaders._record import Record
 
 WIRE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name", "cache_control"})
@@ -78,8 +78,8 @@ def load_sweagent(path: Path, doc: Any) -> Loaded:
                 if not isinstance(step, dict):
                     raise ValueError("step is not an object")
                 msgs = _messages(step.get("messages"), "messages")
-            except ValueError as exc:
-                errors.append(InputError(str(exc), source=src, record=i))
+            except Exception as exc:  # one bad step costs that step only
+                errors.append(InputError(problem(exc), source=src, record=i))
                 continue
             body = {"model": model, "messages": msgs}
             records.append(Record(session=session, api="openai.chat", body=body, source=src, index=i))

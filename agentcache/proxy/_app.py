@@ -7,21 +7,23 @@ route                                          served by
 ``POST /v1/messages``                          pipeline (``anthropic.messages``)
 ``POST /v1/chat/completions``                  pipeline (``openai.chat``)
 ``POST /v1/responses``                         pipeline (``openai.responses``)
-``POST /agentcache/v1/sessions/{id}/close``    close the caller's session ``id`` (namespaced by its API key)
-``GET /agentcache/v1/report``                  live report, audit JSON schema (admin)
+``POST /agentcache/v1/sessions/{id}/close``    close the caller's session ``id`` (namespaced by its API key; an
+                                               id holding ``/`` is sent percent-encoded, ``%2F``)
+``GET /agentcache/v1/report``                  live report, audit JSON schema: the caller's own tenant; all
+                                               tenants or another one with the admin token
 ``GET /agentcache/v1/health``                  the proxy's own health, for load balancers (no token)
-``GET /metrics``                               Prometheus text format (admin)
+``GET /metrics``                               Prometheus text format (admin token when one is set; else loopback)
+anything else under ``/agentcache/``           404, or 405 for a known path (never relayed)
 anything else                                  relayed as is: method, headers, body streamed both ways
 =============================================  =================================================================
 
-Admin endpoints need ``Authorization: Bearer <admin token>`` (or ``x-agentcache-admin-token``) whenever an
-admin token is configured; without one they are served only when the proxy is bound to loopback.
+Who may read what: :mod:`agentcache.proxy._admin`. An exception that escapes a handler before its response
+started is agentcache's own bug: it is answered with a 500 in the caller's format, counted and logged.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -31,13 +33,14 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from .._config import Settings
 from ..session import StoreUnavailable
-from ._config import ProxyConfig, is_loopback
+from ._admin import NAMESPACE_ROUTE, PathRoute, close_route, metrics_denied, namespace_answer, report_tenant
+from ._config import ProxyConfig
 from ._core import handle_api, relay
-from ._errors import ROUTES
+from ._errors import ROUTES, style_for
 from ._sessions import tenant_of
 from ._state import ProxyState
 
@@ -46,21 +49,9 @@ __all__ = ["create_app"]
 _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-def _admin_denied(state: ProxyState, request: Request) -> Response | None:
-    """None when ``request`` may use an admin endpoint, else the 401/403 response."""
-    token = state.config.admin_token
-    if token:
-        got = request.headers.get("x-agentcache-admin-token")
-        if got is None:
-            scheme, _, value = request.headers.get("authorization", "").partition(" ")
-            got = value.strip() if scheme.lower() == "bearer" else None
-        if got is None or not hmac.compare_digest(got.encode(), token.encode()):
-            return JSONResponse({"error": "admin token required"}, status_code=401)
-        return None
-    if not is_loopback(state.config.host):
-        message = "admin endpoints are disabled: the proxy is bound beyond loopback and no admin token is set"
-        return JSONResponse({"error": message}, status_code=403)
-    return None
+def _in_namespace(path: str) -> dict[str, str] | None:
+    """Paths that are agentcache's own, whatever the method: never relayed."""
+    return {} if path in ("/agentcache", "/metrics") or path.startswith("/agentcache/") else None
 
 
 def create_app(
@@ -82,18 +73,18 @@ def create_app(
         return Route(path, endpoint, methods=["POST"], name=api)
 
     async def metrics(request: Request) -> Response:
-        denied = _admin_denied(state, request)
+        denied = metrics_denied(state, request)
         if denied is not None:
             return denied
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def report(request: Request) -> Response:
-        denied = _admin_denied(state, request)
+        tenant, denied = report_tenant(state, request)
         if denied is not None:
             return denied
-        tenant = request.query_params.get("tenant")
         doc = state.report.to_dict(tenant)
-        return Response(json.dumps(doc, indent=2).encode(), media_type="application/json")
+        headers = {"x-agentcache-tenant": tenant or "*"}  # which view this is (tenant ids are hex or "anonymous")
+        return Response(json.dumps(doc, indent=2).encode(), media_type="application/json", headers=headers)
 
     async def close(request: Request) -> Response:
         sid = request.path_params["session_id"]
@@ -122,13 +113,29 @@ def create_app(
     async def passthrough(request: Request) -> Response:
         return await relay(state, request)
 
-    routes = [api_endpoint(path, api) for path, api in ROUTES.items()]
-    routes += [
-        Route("/agentcache/v1/sessions/{session_id}/close", close, methods=["POST"]),
+    own: list[BaseRoute] = [
+        close_route(close),
         Route("/agentcache/v1/report", report, methods=["GET"]),
         Route("/agentcache/v1/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        Route("/{path:path}", passthrough, methods=_ALL_METHODS),
+    ]
+
+    async def namespace(request: Request) -> Response:
+        return namespace_answer(state, request, own)
+
+    async def unhandled(request: Request, exc: Exception) -> Response:
+        # Starlette's outermost middleware calls this before re-raising (so the traceback is still logged).
+        state.fail_open("unhandled", exc)
+        path = request.url.path
+        route = path if path in ROUTES else NAMESPACE_ROUTE if path.startswith("/agentcache/") else "passthrough"
+        style = style_for(path, state.config.upstream_kind, request.headers)
+        return state.own_error(route, state.config.upstream_kind, style, 500, "agentcache failed on this request")
+
+    routes: list[BaseRoute] = [api_endpoint(path, api) for path, api in ROUTES.items()]
+    routes += own
+    routes += [
+        PathRoute(_in_namespace, namespace, methods=_ALL_METHODS, name="namespace"),
+        PathRoute(lambda path: {}, passthrough, methods=_ALL_METHODS, name="passthrough"),
     ]
 
     @contextlib.asynccontextmanager
@@ -136,6 +143,6 @@ def create_app(
         async with state.running():
             yield
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled})
     app.state.proxy = state
     return app

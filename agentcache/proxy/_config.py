@@ -73,8 +73,10 @@ class ProxyConfig(BaseSettings):
     is at start-up): sessions then get the engine target (repairs only). ``sglang`` adds ``session_id`` to
     forwarded bodies and posts ``/close_session`` on close. ``redis_url``: share sessions between replicas
     (default: in memory).
-    ``admin_token``: required by ``/metrics`` and ``/agentcache/v1/report`` (always when set; when unset they
-    are served on loopback binds only). ``tenant_salt``: keys the hash of callers' API keys (tenants).
+    ``admin_token``: required by ``/metrics`` (always when set; when unset it is served on loopback binds only)
+    and by the all-tenant views of ``/agentcache/v1/report`` (a caller always sees its own tenant; without a
+    token nobody sees the others). ``tenant_salt``: keys the hash of callers' API keys (tenants).
+    ``max_body_bytes``: the largest request body on every path, pipeline or relayed (413 beyond).
     ``simulate``: run the provider simulators on live traffic for the ``as_sent``/``agentcache`` arms.
     ``max_sessions``/``max_state_mb``: live sessions kept per process, by count and by estimated memory.
     """
@@ -150,8 +152,8 @@ def load_proxy_config(path: str | Path | None = None, **overrides: Any) -> Proxy
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            raw = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"cannot read config {path}: {exc}") from None
         table = raw.get("proxy", {})
         if not isinstance(table, dict):

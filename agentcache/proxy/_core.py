@@ -1,17 +1,22 @@
 """The proxy's request path for the three pipeline routes, and session lifecycle over HTTP.
 
 For ``/v1/messages``, ``/v1/chat/completions`` and ``/v1/responses``: read the body (413 over the limit, 400 for
-malformed JSON, in the caller's error format) → the session core (:meth:`agentcache.Sessions.abegin`: identity
+malformed JSON, in the caller's error format; valid JSON that is no object is forwarded unchanged, the
+upstream's to judge) → the session core (:meth:`agentcache.Sessions.abegin`: identity
 from headers and body, the session's target, one pipeline pass) → forward the prepared body → on a 2xx answer
 commit the turn → relay the response, reading usage on the way → after the last byte, :meth:`Turn.finish` (the
 turn report and event: metrics), the live report and one log line with the four fields. Any failure of
 agentcache's own (including an unreachable shared store) sends the client's original bytes upstream unchanged
-and is logged and counted (fail open).
+and is logged and counted (fail open); once the upstream has answered, nothing of agentcache's may lose the
+answer (its own headers are valid field values, and one that is not would be left out, see
+:class:`~agentcache.proxy._forward.UpstreamResponse`). Every request is counted once, under the status the
+client got. Relayed paths stream the body both ways, also within ``max_body_bytes``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -24,7 +29,7 @@ from ..model._rawjson import dumps_spliced, loads
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
-from ._errors import Style, error_response, style_for
+from ._errors import Style, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers
 from ._sessions import header_value, identity_of, tenant_of
 from ._state import ProxyState
@@ -56,75 +61,93 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     wire = Api(api)
     style: Style = "anthropic" if wire == Api.ANTHROPIC_MESSAGES else "openai"
     if request.headers.get("content-encoding", "identity").strip().lower() != "identity":
-        return await relay(state, request)  # a compressed body: relayed untouched
+        return await relay(state, request)  # a compressed body: relayed untouched (within the limit)
+    provider = str(wire.provider)
+    limit = state.config.max_body_bytes
     try:
-        raw = await read_body(request, state.config.max_body_bytes)
+        raw = await read_body(request, limit)
     except BodyTooLarge:
-        return error_response(style, 413, f"request body exceeds {state.config.max_body_bytes} bytes")
+        return state.own_error(route, provider, style, 413, f"request body exceeds {limit} bytes")
+    parsed: Any = None
+    texts: Any = None
     try:
-        body, texts = loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return error_response(style, 400, f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return error_response(style, 400, "request body must be a JSON object")
+        parsed, texts = loads(raw)
+    except ValueError as exc:  # UnicodeDecodeError and InputError included
+        return state.own_error(route, provider, style, 400, f"request body is not valid JSON: {exc}")
+    except Exception as exc:  # our parser's own limit (RecursionError...): the client's bytes go as they are
+        state.fail_open("parse", exc)
+    # Valid JSON that is no object (``[1,2]``, ``"x"``, ``5``, ``null``) is the upstream's to judge: forwarded as is.
+    body: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
     now = time.time()
     turn: Turn | None = None
     content = raw
     tenant = tenant_of(request.headers, state.config.tenant_salt)
-    try:
-        identity = identity_of(wire, request.headers, body, tenant)
-        turn = await state.store_call(
-            state.sessions.abegin(
-                wire,
-                body,
-                identity=identity,
-                now=now,
-                raw=texts,
-                base_url=state.config.upstream_url,
-                target=state.target_for(wire),
-                size=len(raw),
-            ),
-        )
-        state.keep_warm.cancel(f"{tenant}/{turn.session.session_id}")  # the session moved on: keep-warm is moot
-        if turn.body is not body:
-            content = dumps_spliced(turn.body, texts)
-    except InputError as exc:  # the upstream is the judge of the request's validity
-        log.info("proxy.unreadable_request", api=api, error=str(exc))
-    except Exception as exc:
-        state.fail_open("prepare", exc)
+    if isinstance(parsed, dict):
+        try:
+            identity = identity_of(wire, request.headers, body, tenant)
+            turn = await state.store_call(
+                state.sessions.abegin(
+                    wire,
+                    body,
+                    identity=identity,
+                    now=now,
+                    raw=texts,
+                    base_url=state.config.upstream_url,
+                    target=state.target_for(wire),
+                    size=len(raw),
+                ),
+            )
+            state.keep_warm.cancel(f"{tenant}/{turn.session.session_id}")  # the session moved on: keep-warm is moot
+            if turn.body is not body:
+                content = dumps_spliced(turn.body, texts)
+        except InputError as exc:  # the upstream is the judge of the request's validity
+            log.info("proxy.unreadable_request", api=api, error=str(exc))
+        except Exception as exc:
+            state.fail_open("prepare", exc)
     headers = request_headers(request.headers.raw, pipeline=True)
     req = state.client.build_request(request.method, state.url(request), headers=headers, content=content)
     started = time.perf_counter()
     upstream = await state.send(req, route, style)
-    provider = turn.session.provider if turn is not None and turn.session.provider else str(wire.provider)
+    if turn is not None and turn.session.provider:
+        provider = turn.session.provider
+    model = body.get("model")
+    model = model if isinstance(model, str) else ""
     if isinstance(upstream, Response):
         if turn is not None:
             turn.fail(f"upstream_{upstream.status_code}")
-        state.count_request(route, provider, str(body.get("model") or ""), "error")
+        state.count_request(route, provider, model, "error")
         return upstream
     state.metrics.ttfb.labels(route).observe(time.perf_counter() - started)
     ok = 200 <= upstream.status_code < 300
     extra: list[tuple[bytes, bytes]] = []
-    if turn is not None:
-        if ok:
-            await _commit(state, turn)
-            if turn.committed and state.settings.keep_warm:
-                _keep_warm(state, turn, tenant, str(req.url), headers)
-        else:
-            turn.fail(f"http_{upstream.status_code}")
-        extra = [
-            (b"x-agentcache-session", header_value(turn.session.session_id)),
-            (b"x-agentcache-generation", str(turn.generation).encode()),
-        ]
     tap = None
-    if ok:
-        tap = UsageTap(api, upstream.headers.get("content-type", ""), upstream.headers.get("content-encoding", ""))
-    close_after = request.headers.get("x-agentcache-close", "").strip().lower() in ("1", "true", "yes")
+    close_after = False
+    try:  # from here on the upstream has answered: nothing of ours may lose that answer
+        if turn is not None:
+            if ok:
+                await _commit(state, turn)
+                if turn.committed and state.settings.keep_warm:
+                    _keep_warm(state, turn, tenant, str(req.url), headers)
+            else:
+                turn.fail(f"http_{upstream.status_code}")
+            extra = [
+                (b"x-agentcache-session", header_value(turn.session.session_id)),
+                (b"x-agentcache-generation", str(turn.generation).encode()),
+            ]
+        if ok:
+            content_type = upstream.headers.get("content-type", "")
+            tap = UsageTap(api, content_type, upstream.headers.get("content-encoding", ""))
+        close_after = request.headers.get("x-agentcache-close", "").strip().lower() in ("1", "true", "yes")
+    except Exception as exc:
+        state.fail_open("respond", exc)
+        extra = []
 
     async def done(outcome: StreamOutcome) -> None:
-        await _finish(state, route, provider, body, turn, tenant, upstream.status_code, started, outcome, close_after)
+        await _finish(state, route, provider, model, turn, tenant, upstream.status_code, started, outcome, close_after)
 
-    return UpstreamResponse(upstream, started=started, tap=tap, extra_headers=extra, on_done=done)
+    return UpstreamResponse(
+        upstream, started=started, tap=tap, extra_headers=extra, on_done=done, on_error=state.response_failed
+    )
 
 
 async def _commit(state: ProxyState, turn: Turn) -> None:
@@ -163,7 +186,7 @@ async def _finish(
     state: ProxyState,
     route: str,
     provider: str,
-    body: dict[str, Any],
+    model: str,
     turn: Turn | None,
     tenant: str,
     status: int,
@@ -175,9 +198,8 @@ async def _finish(
     requested close."""
     try:
         latency = time.perf_counter() - started
-        model = str(body.get("model") or "")
         state.metrics.latency.labels(route).observe(latency)
-        state.count_request(route, provider, model, str(status))
+        state.count_request(route, provider, model, outcome.counted_status(status))
         if outcome.status == "upstream_error":
             state.metrics.upstream_errors.labels(route, "stream_cut").inc()
         usage = outcome.usage
@@ -232,28 +254,38 @@ def _flat(obj: Any) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
 
 
-async def relay(state: ProxyState, request: Request) -> Response:
-    """Relay a non-pipeline request untouched (body streamed), and its response chunk by chunk."""
+async def relay(state: ProxyState, request: Request, route: str = "passthrough") -> Response:
+    """Relay a non-pipeline request untouched (body streamed, at most ``max_body_bytes``: 413 beyond, in the
+    caller's error format), and its response chunk by chunk. ``route``: the metric label (``passthrough``, or
+    the pipeline route of a compressed body)."""
     path = request.url.path
     style = style_for(path, state.config.upstream_kind, request.headers)
+    provider = state.config.upstream_kind
+    limit = state.config.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return state.own_error(route, provider, style, 413, f"request body exceeds {limit} bytes")
     headers = request_headers(request.headers.raw, pipeline=False)
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
-    content = request.stream() if has_body else None
+    content = limited(request.stream(), limit) if has_body else None
     req = state.client.build_request(request.method, state.url(request), headers=headers, content=content)
     started = time.perf_counter()
-    upstream = await state.send(req, "passthrough", style)
+    try:
+        upstream = await state.send(req, route, style)
+    except BodyTooLarge:  # a chunked body that grew past the limit: the upstream got no complete request
+        return state.own_error(route, provider, style, 413, f"request body exceeds {limit} bytes")
     if isinstance(upstream, Response):
-        state.metrics.requests.labels("passthrough", state.config.upstream_kind, "other", "error").inc()
+        state.count_request(route, provider, "", "error")
         return upstream
-    state.metrics.ttfb.labels("passthrough").observe(time.perf_counter() - started)
+    state.metrics.ttfb.labels(route).observe(time.perf_counter() - started)
     status = upstream.status_code
 
     async def done(outcome: StreamOutcome) -> None:
         latency = time.perf_counter() - started
-        state.metrics.latency.labels("passthrough").observe(latency)
-        state.metrics.requests.labels("passthrough", state.config.upstream_kind, "other", str(status)).inc()
+        state.metrics.latency.labels(route).observe(latency)
+        state.count_request(route, provider, "", outcome.counted_status(status))
         if outcome.status == "upstream_error":
-            state.metrics.upstream_errors.labels("passthrough", "stream_cut").inc()
+            state.metrics.upstream_errors.labels(route, "stream_cut").inc()
         log.debug(
             "proxy.passthrough",
             method=request.method,
@@ -263,4 +295,14 @@ async def relay(state: ProxyState, request: Request) -> Response:
             latency_ms=round(latency * 1000, 3),
         )
 
-    return UpstreamResponse(upstream, started=started, on_done=done)
+    return UpstreamResponse(upstream, started=started, on_done=done, on_error=state.response_failed)
+
+
+async def limited(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+    """``stream``'s chunks as they come; raises :class:`BodyTooLarge` once more than ``limit`` bytes passed."""
+    total = 0
+    async for chunk in stream:
+        total += len(chunk)
+        if total > limit:
+            raise BodyTooLarge
+        yield chunk

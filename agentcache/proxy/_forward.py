@@ -14,6 +14,7 @@ the client goes away, the upstream response is closed at once. Either way the up
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -51,6 +52,10 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
+#: RFC 9110 §5.1 field name (``token``) and §5.5 field value (visible ASCII and obs-text, with spaces and tabs
+#: only inside), the grammar the ASGI servers enforce on a response start.
+_FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE = re.compile(rb"(?:[\x21-\x7e\x80-\xff](?:[\x20\x09\x21-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?")
 #: Encodings the usage tap can read; the pipeline routes ask the upstream for these only.
 _TAPPABLE = ("gzip", "deflate", "identity")
 
@@ -89,15 +94,21 @@ class UpstreamStreamError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class StreamOutcome:
-    """How a relayed response ended: ``complete``, ``upstream_error`` (cut by the upstream), ``client_gone``;
-    ``bytes`` relayed, ``first_byte_s`` (seconds from the upstream request to the first body chunk, None
-    without a body) and ``usage`` read by the tap."""
+    """How a relayed response ended: ``complete``, ``upstream_error`` (cut by the upstream), ``client_gone``,
+    or ``not_started`` (the server refused to start the response: the client got no answer); ``bytes``
+    relayed, ``first_byte_s`` (seconds from the upstream request to the first body chunk, None without a body)
+    and ``usage`` read by the tap."""
 
     status: str
     bytes: int
     first_byte_s: float | None
     usage: CacheUsage | None
     error: str | None = None
+
+    def counted_status(self, status: int) -> str:
+        """The ``status`` label of ``agentcache_proxy_requests_total`` for a response the upstream answered with
+        ``status``: that code, or ``error`` when the client never got the response."""
+        return "error" if self.status == "not_started" else str(status)
 
 
 class UpstreamResponse(Response):
@@ -115,10 +126,12 @@ class UpstreamResponse(Response):
         tap: UsageTap | None = None,
         extra_headers: Iterable[tuple[bytes, bytes]] = (),
         on_done: Callable[[StreamOutcome], Awaitable[None]] | None = None,
+        on_error: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         self.upstream = upstream
         self.status_code = upstream.status_code
-        self.raw_headers = response_headers(upstream, extra_headers)
+        self._on_error = on_error
+        self.raw_headers = response_headers(upstream, self._valid(extra_headers))
         self.background = None
         self._tap = tap
         self._started = started
@@ -128,9 +141,34 @@ class UpstreamResponse(Response):
         self._error: BaseException | None = None
         self._client_gone = False
         self._finished = False
+        self._started_response = False
+
+    def _valid(self, extra: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """``extra`` minus any header that is no valid field (the server would refuse the whole response
+        start, after the upstream answered); each one dropped is reported as ``on_error("response_header")``.
+        The upstream's own headers need no check: the HTTP client parsed them under the same grammar."""
+        kept = []
+        for name, value in extra:
+            if _FIELD_NAME.fullmatch(name) and _FIELD_VALUE.fullmatch(value):
+                kept.append((name, value))
+            elif self._on_error is not None:
+                self._on_error("response_header", ValueError(f"invalid value for header {name!r}"))
+        return kept
+
+    async def _start(self, send: Send) -> None:
+        """Send the response start. The server may still refuse it (nothing of ours should make it): the
+        answer is then lost, so it is reported as ``on_error("response_start")`` and the outcome is
+        ``not_started``, never silent."""
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        except Exception as exc:
+            if self._on_error is not None:
+                self._on_error("response_start", exc)
+            raise
+        self._started_response = True
 
     async def _relay(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        await self._start(send)
         try:
             async for chunk in self._chunks():
                 if self._first is None:
@@ -198,7 +236,9 @@ class UpstreamResponse(Response):
 
     def _outcome(self) -> StreamOutcome:
         usage = self._tap.result() if self._tap is not None and self._error is None else None
-        if self._error is not None:
+        if not self._started_response:
+            status, err = "not_started", None
+        elif self._error is not None:
             status, err = "upstream_error", type(self._error).__name__
         elif self._client_gone and not self._body_complete():
             status, err = "client_gone", None

@@ -5,8 +5,11 @@ The proxy's own, HTTP-level instruments:
 ======================================================  ==========================================================
 metric                                                  labels / meaning
 ======================================================  ==========================================================
-``agentcache_proxy_requests_total``                     ``route``, ``provider``, ``model``, ``status`` (HTTP code,
-                                                        or ``error`` when no response was relayed)
+``agentcache_proxy_requests_total``                     ``route`` (a pipeline route, ``passthrough``, or
+                                                        ``agentcache`` for refusals in its own namespace),
+                                                        ``provider``, ``model``, ``status``: the HTTP code the
+                                                        client got, agentcache's own 400/413/500... included,
+                                                        or ``error`` when no response was relayed
 ``agentcache_proxy_upstream_latency_seconds``           ``route``: request sent → last byte relayed
 ``agentcache_proxy_upstream_ttfb_seconds``              ``route``: request sent → response headers
 ``agentcache_proxy_upstream_errors_total``              ``route``, ``kind``: ``timeout``, ``connect``,
@@ -17,6 +20,10 @@ metric                                                  labels / meaning
                                                         response of an upstream that closes them; see
                                                         ``_transport.py``)
 ``agentcache_proxy_fail_open_total``                    ``stage``: agentcache's own failures, request sent as is
+                                                        (``prepare``, ``parse``, ``commit``, ``respond``,
+                                                        ``report``...; ``response_header``: a header of ours
+                                                        left out; ``response_start``: a response lost;
+                                                        ``unhandled``: answered with a 500)
 ``agentcache_proxy_store_errors_total``                 ``op``: shared-store failures (fail open)
 ``agentcache_proxy_stale_commits_total``                responses for a closed or older generation (ignored)
 ``agentcache_proxy_live_sessions``                      sessions this process holds

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from hashlib import blake2b
 from typing import Any
+from urllib.parse import quote
 
 from ..model._types import Api
 from ..session import LOCAL_TENANT, Identity, declared_by
@@ -55,9 +56,15 @@ def identity_of(api: Api, headers: Mapping[str, str], body: Mapping[str, Any], t
     )
 
 
+#: Characters a header value keeps as they are: visible ASCII (RFC 9110 §5.5 ``VCHAR``) except ``%``.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if c != 0x25)
+
+
 def header_value(text: str) -> bytes:
-    """``text`` as an HTTP header value: visible ASCII and spaces as they are, every other character
-    percent-encoded (a session id from a client's ``prompt_cache_key`` may hold anything)."""
-    return "".join(
-        c if " " <= c <= "~" and c != "%" else "".join(f"%{b:02X}" for b in c.encode()) for c in text
-    ).encode("ascii")
+    """``text`` as a valid HTTP field value (RFC 9110 §5.5; uvicorn refuses control characters).
+
+    Encoding: every character other than visible ASCII (``!``..``~``), and ``%`` itself, is percent-encoded as
+    its UTF-8 bytes (RFC 3986 §2.1), spaces and tabs included; a lone surrogate (valid in a JSON string, no
+    Unicode character) as its ``surrogatepass`` bytes. ``urllib.parse.unquote(value, errors="surrogatepass")``
+    gives ``text`` back; a session id from a client's ``prompt_cache_key`` may hold anything. Never raises."""
+    return quote(text, safe=_HEADER_SAFE, errors="surrogatepass").encode("ascii")

@@ -264,8 +264,22 @@ class ProxyState:
         log.warning("proxy.fail_open", stage=stage, error=type(exc).__name__, detail=str(exc)[:500])
 
     def count_request(self, route: str, provider: str, model: str, status: str) -> None:
-        """One relayed request."""
+        """One request, relayed or answered by agentcache itself."""
         self.metrics.requests.labels(route, provider, model_label(provider, model), status).inc()
+
+    def own_error(self, route: str, provider: str, style: Style, status: int, message: str) -> Response:
+        """An error agentcache answers itself (400 unreadable body, 413 over the limit, 404/405 in its own
+        namespace...), in the caller's ``style``, counted in ``agentcache_proxy_requests_total{status}``."""
+        self.count_request(route, provider, "", str(status))
+        return error_response(style, status, message)
+
+    def response_failed(self, stage: str, exc: BaseException) -> None:
+        """A response of the upstream's that agentcache could not relay as built: ``response_header`` (a header
+        of ours was no valid field and was left out) or ``response_start`` (the server refused the response
+        start: the answer is lost). Neither is expected, so each is counted and logged, never silent."""
+        self.fail_open(stage, exc)
+        if stage == "response_start":
+            log.error("proxy.response_lost", error=type(exc).__name__, detail=str(exc)[:500])
 
     def _keep_warm_sent(self, outcome: str, usage: CacheUsage | None, model: str) -> None:
         self.metrics.keep_warm.labels(outcome).inc()

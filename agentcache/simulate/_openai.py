@@ -18,6 +18,7 @@ hit is the deepest entry on the request's path, with no lookback limit and no 12
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ..model import _causes as C
@@ -40,6 +41,14 @@ def routing_hash(req: CanonicalRequest, prefix_tokens: int) -> bytes:
         if total >= prefix_tokens:
             return req.chain[i]
     return req.chain[-1] if req.chain else b""
+
+
+def partition_key(cache_key: object) -> str:
+    """The partition a ``prompt_cache_key`` routes to: the string itself, ``""`` when absent; a value that is no
+    string (a list or an object: the API rejects it, but the simulator must not fail on it) as its JSON text."""
+    if cache_key is None or isinstance(cache_key, str):
+        return cache_key or ""
+    return json.dumps(cache_key, sort_keys=True, default=repr)
 
 
 def cached_tokens(tokens: int, rules: OpenAIRules) -> int:
@@ -66,7 +75,7 @@ class OpenAISimulator:
         scope = self._scopes.get(model)
         m_blocks = scope.seen.depth(req)
         matched = req.tokens_before(m_blocks)
-        key = (routing_hash(req, rules.routing_prefix_tokens), req.cache_key or "")
+        key = (routing_hash(req, rules.routing_prefix_tokens), partition_key(req.cache_key))
         part = scope.partitions.setdefault(key, {})
         ttl = rules.extended_ttl_seconds if (req.retention or "") in _EXTENDED else rules.in_memory_ttl_seconds
         if rules.breakpoints:

@@ -1,0 +1,112 @@
+"""Odd input on the command line (issue 12, kind 10): a record agentcache cannot read costs that record only,
+as one line naming the file and the record, exit 2; ``proxy --config`` with a binary file is one line too; and
+``replay`` exits 1 when any replayed request failed."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentcache import replay as replay_pkg
+from tests.test_cli import K01, error_lines, invoke
+from tests.test_replay import FakeEngine
+
+CASE = json.loads(K01.read_text())
+
+
+def _line(session: str, body: dict[str, Any]) -> str:
+    return json.dumps({"session": session, "api": CASE["api"], "body": body})
+
+
+def _odd_log(tmp_path: Path) -> Path:
+    """Six records: 0, 4 and 5 fine; 1 holds a lone surrogate, 2 a tool whose ``name`` is an object, 3 is
+    nested 5,000 deep."""
+    good = [r["body"] for r in CASE["requests"]]
+    surrogate = copy.deepcopy(good[1])
+    surrogate["messages"][0]["content"] = "a\ud800b"  # json.dumps writes it as the escape \ud800
+    tool = copy.deepcopy(good[1])
+    tool["tools"][0]["name"] = {"x": 1}
+    deep = '{"session": "s", "api": "anthropic.messages", "body": ' + "[" * 5000 + "]" * 5000 + "}"
+    lines = [
+        _line("s", good[0]),
+        _line("s", surrogate),
+        _line("s", tool),
+        deep,
+        _line("s", good[1]),
+        _line("s", good[2]),
+    ]
+    assert "\\ud800" in lines[1]
+    path = tmp_path / "odd.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_odd_records_cost_one_line_each_and_the_rest_is_audited(tmp_path: Path) -> None:
+    path = _odd_log(tmp_path)
+    result = invoke("audit", path, "--json")
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 3, lines
+    assert [ln.split(" record ")[1].split(":")[0] for ln in lines] == ["1", "2", "3"]
+    assert all(ln.startswith(f"agentcache: error: {path} record ") for ln in lines)
+    assert "lone surrogate (\\ud800)" in lines[0]
+    assert "TypeError" in lines[1]  # agentcache could not read a tool named by an object
+    assert "nested too deeply" in lines[2]
+    doc = json.loads(result.stdout)
+    assert doc["totals"]["as_sent"]["requests"] == 3  # records 0, 4 and 5
+    assert "Traceback" not in result.stderr
+
+
+def test_odd_records_through_the_installed_command(tmp_path: Path) -> None:
+    """The same file through the console entry point (a real process): no traceback, exit 2."""
+    path = _odd_log(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "agentcache", "audit", str(path), "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert len([ln for ln in done.stderr.splitlines() if ln.startswith("agentcache: error: ")]) == 3
+    assert json.loads(done.stdout)["totals"]["as_sent"]["requests"] == 3
+
+
+def test_a_deep_whole_json_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 5000 + "]" * 5000)
+    result = invoke("audit", path)
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1 and str(path) in lines[0] and "nested too deeply" in lines[0]
+
+
+def test_proxy_config_binary_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "agentcache.toml"
+    path.write_bytes(bytes(range(256)))
+    result = invoke("proxy", "--config", path)
+    assert result.exit_code == 2
+    lines = error_lines(result)
+    assert len(lines) == 1 and f"cannot read config {path}" in lines[0]
+
+
+@pytest.mark.parametrize(("fail_on", "code"), [(None, 0), (2, 1)])
+def test_replay_exits_1_when_any_request_failed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fail_on: int | None, code: int
+) -> None:
+    engine = FakeEngine("llama.cpp", fail_on=fail_on)
+    real = replay_pkg.replay
+
+    def through_fake(records: Any, config: Any, **kw: Any) -> Any:
+        return real(records, config, transport=httpx.MockTransport(engine), **kw)
+
+    monkeypatch.setattr(replay_pkg, "replay", through_fake)
+    result = invoke("replay", K01, "--endpoint", "http://fake", "--concurrency", "1", "--json")
+    doc = json.loads(result.stdout)
+    assert len(engine.requests) == 3
+    assert doc["errors"] == (0 if fail_on is None else 1) and doc["completed"] == 3 - doc["errors"]
+    assert result.exit_code == code
