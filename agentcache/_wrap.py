@@ -45,6 +45,7 @@ from ._log import get_logger
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
 from .model._usage import normalize_usage
 from .session import Session, Sessions, Turn
+from .session._pipeline import with_headers
 from .targets import Target, probe, resolve_target
 
 __all__ = ["WrappedClient", "default_sessions", "reset_default_sessions", "wrap"]
@@ -222,7 +223,10 @@ class WrappedClient:
         try:
             body, side = split_kwargs(method, kwargs)
             turn = self._ac_session.begin(api, body, base_url=self._ac_base_url, target=self._ac_target(api))
-            return _Plan(turn, send_kwargs(method, turn.body, side), bool(body.get("stream")))
+            out = send_kwargs(method, turn.body, side)
+            if turn.prepared.headers:  # planned headers (provider diagnostics' beta header)
+                out["extra_headers"] = with_headers(side.get("extra_headers"), turn.prepared.headers)
+            return _Plan(turn, out, bool(body.get("stream")))
         except _Passthrough as why:
             log.debug("wrap.passthrough", api=api, reason=str(why))
         except Exception as exc:  # fail open
