@@ -74,8 +74,22 @@ def k01_jsonl(tmp_path: Path, bad: dict[int, Any]) -> Path:
 
 
 def test_tau_bench_json(tau_json: dict[str, Any]) -> None:
-    assert set(tau_json) == {"provider", "model", "totals", "sessions", "breaks", "misses"}
+    assert set(tau_json) == {
+        "provider",
+        "model",
+        "totals",
+        "sessions",
+        "breaks",
+        "misses",
+        "models",
+        "provider_diagnostics",
+    }
     assert tau_json["provider"] == "anthropic"
+    # tau-bench recorded gpt-4o: under Anthropic rules it is unknown, priced as the documented default
+    assert tau_json["models"] == [
+        {"provider": "anthropic", "model": "gpt-4o", "known": False, "priced_as": "claude-opus-4-8", "requests": 2454}
+    ]
+    assert tau_json["provider_diagnostics"] == {"compared": 0, "agree": 0, "agreement": None, "misses": []}
     assert len(tau_json["sessions"]) == 200
     totals = tau_json["totals"]
     assert set(totals) == {"as_sent", "agentcache", "ideal"}
