@@ -110,7 +110,9 @@ def _provider_miss(rec: Record, index: int, divergence: Any, out: list[ProviderM
     miss = compare(diagnosis, str(ours) if ours is not None else None)
     if ours is None and miss.reason in ("none", "cache_hit"):
         return  # both say the request extended the one before
-    out.append(ProviderMissRecord(rec.session, index, miss.provider, miss.reason, miss.missed_tokens, miss.ours, miss.agrees))
+    out.append(
+        ProviderMissRecord(rec.session, index, miss.provider, miss.reason, miss.missed_tokens, miss.ours, miss.agrees)
+    )
 
 
 def _models_seen(recs: list[Record], provider: str, model: str | None) -> list[ModelRecord]:

@@ -59,7 +59,12 @@ class DiagnosingUpstream:
     def answer(self, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         self.requests.append((headers, body))
         rid = f"msg_{len(self.requests)}"
-        usage = {"input_tokens": 100, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "output_tokens": 2}
+        usage = {
+            "input_tokens": 100,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 2,
+        }
         out: dict[str, Any] = {
             "id": rid,
             "type": "message",
@@ -162,9 +167,14 @@ def test_through_the_proxy_metrics_and_report() -> None:
     text = asyncio.run(scenario())
     check_wire(fake)
     for reason, _, agrees in EXPECTED:
-        line = f'agentcache_provider_miss_reasons_total{{agrees="{str(agrees).lower()}",provider="anthropic",reason="{reason}"}}'
+        labels = f'agrees="{str(agrees).lower()}",provider="anthropic",reason="{reason}"'
+        line = f"agentcache_provider_miss_reasons_total{{{labels}}}"
         assert line in text, reason
-    counts = {ln.split("{")[1].split("}")[0]: float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("agentcache_provider_miss_reasons_total{")}
+    counts = {
+        ln.split("{")[1].split("}")[0]: float(ln.rsplit(" ", 1)[1])
+        for ln in text.splitlines()
+        if ln.startswith("agentcache_provider_miss_reasons_total{")
+    }
     assert counts == {
         'agrees="true",provider="anthropic",reason="none"': 2.0,
         'agrees="true",provider="anthropic",reason="system_changed"': 1.0,
@@ -201,7 +211,11 @@ def test_through_wrap_turn_reports_carry_both_causes() -> None:
     # the client's own beta header is kept, the diagnostics one joins it
     assert fake.requests[0][0]["anthropic-beta"].split(",") == ["some-other-beta", BETA]
     assert reports[0] is not None and reports[0].provider_miss is None  # the opt-in first request compares nothing
-    got = [(r.provider_miss.reason, r.provider_miss.ours, r.provider_miss.agrees) for r in reports[1:] if r and r.provider_miss]
+    got = [
+        (r.provider_miss.reason, r.provider_miss.ours, r.provider_miss.agrees)
+        for r in reports[1:]
+        if r and r.provider_miss
+    ]
     assert got == EXPECTED
     assert reports[2] is not None and reports[2].provider_miss is not None
     assert reports[2].provider_miss.missed_tokens == 1234
@@ -218,18 +232,32 @@ def test_audit_reads_recorded_diagnostics(tmp_path: Path) -> None:
         sent = {**b, "diagnostics": {"previous_message_id": prev}}
         response = fake.answer({}, sent)
         prev = response["id"]
-        lines.append(json.dumps({"session": "s", "api": "anthropic.messages", "at": 10.0 * i, "body": sent, "response": response}))
+        lines.append(
+            json.dumps(
+                {"session": "s", "api": "anthropic.messages", "at": 10.0 * i, "body": sent, "response": response}
+            )
+        )
     path = tmp_path / "recorded.jsonl"
     path.write_text("\n".join(lines) + "\n")
     report = audit(load(path).records).to_dict()
     pd = report["provider_diagnostics"]
     got = [(m["request"], m["reason"], m["ours"], m["agrees"]) for m in pd["misses"]]
     # as recorded, the tools really were reordered at request 3: both name the tools
-    assert got == [(2, "system_changed", "system.changed", True), (3, "tools_changed", "tools.reordered", True), (4, "messages_changed", "messages.edited", True)]
+    assert got == [
+        (2, "system_changed", "system.changed", True),
+        (3, "tools_changed", "tools.reordered", True),
+        (4, "messages_changed", "messages.edited", True),
+    ]
     assert (pd["compared"], pd["agree"], pd["agreement"]) == (3, 3, 1.0)
     assert pd["misses"][0]["missed_tokens"] == 1234
     assert report["models"] == [
-        {"provider": "anthropic", "model": "claude-opus-4-8", "known": True, "priced_as": "claude-opus-4-8", "requests": 5}
+        {
+            "provider": "anthropic",
+            "model": "claude-opus-4-8",
+            "known": True,
+            "priced_as": "claude-opus-4-8",
+            "requests": 5,
+        }
     ]
 
 
@@ -242,7 +270,11 @@ def test_openai_diagnostics_read_from_responses_and_asked_on_gpt_5_6() -> None:
         b = json.loads(request.read())
         seen.append(b)
         n = len(seen)
-        diag = {"type": "cache_hit"} if n == 2 else {"type": "cache_miss", "reason": "tools_changed", "cache_missed_tokens": 900}
+        diag = (
+            {"type": "cache_hit"}
+            if n == 2
+            else {"type": "cache_miss", "reason": "tools_changed", "cache_missed_tokens": 900}
+        )
         return httpx.Response(
             200,
             json={
@@ -255,7 +287,13 @@ def test_openai_diagnostics_read_from_responses_and_asked_on_gpt_5_6() -> None:
                 "parallel_tool_calls": True,
                 "tool_choice": "auto",
                 "tools": [],
-                "usage": {"input_tokens": 2000, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 1, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 2001},
+                "usage": {
+                    "input_tokens": 2000,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": 1,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": 2001,
+                },
                 "prompt_cache_diagnostics": diag if n > 1 else None,
             },
         )
@@ -265,11 +303,16 @@ def test_openai_diagnostics_read_from_responses_and_asked_on_gpt_5_6() -> None:
     sessions = Sessions(settings=Settings(provider_diagnostics=True))
     http = httpx.Client(transport=httpx.MockTransport(handle))
     client = agentcache.wrap(openai.OpenAI(api_key="sk-test", http_client=http), sessions=sessions)
-    tools = [{"type": "function", "name": n, "description": "d", "parameters": {"type": "object", "properties": {}}} for n in ("a", "b")]
+    tools = [
+        {"type": "function", "name": n, "description": "d", "parameters": {"type": "object", "properties": {}}}
+        for n in ("a", "b")
+    ]
     inputs = [[{"role": "user", "content": policy()}]]
     inputs.append([*inputs[0], {"role": "user", "content": "more"}])
     reports = []
-    for i, (inp, tl) in enumerate(((inputs[0], tools), (inputs[1], tools), (inputs[1], tools + [{**tools[0], "name": "c"}]))):
+    for i, (inp, tl) in enumerate(
+        ((inputs[0], tools), (inputs[1], tools), (inputs[1], [*tools, {**tools[0], "name": "c"}]))
+    ):
         extra: dict[str, Any] = {"prompt_cache_options": {"mode": "implicit"}} if i == 2 else {}
         client.responses.create(model="gpt-5.6", input=inp, tools=tl, **extra)  # type: ignore[arg-type]
         reports.append(client.agentcache_session.last_report)
@@ -279,7 +322,11 @@ def test_openai_diagnostics_read_from_responses_and_asked_on_gpt_5_6() -> None:
     misses = [r.provider_miss for r in reports]
     assert misses[0] is None
     assert misses[1] is not None and (misses[1].reason, misses[1].ours, misses[1].agrees) == ("cache_hit", None, True)
-    assert misses[2] is not None and (misses[2].reason, misses[2].ours, misses[2].agrees) == ("tools_changed", "tools.added", True)
+    assert misses[2] is not None and (misses[2].reason, misses[2].ours, misses[2].agrees) == (
+        "tools_changed",
+        "tools.added",
+        True,
+    )
     assert misses[2].missed_tokens == 900
 
 
@@ -291,7 +338,9 @@ def test_mapping_of_causes_and_uninformative_answers() -> None:
     assert lost is not None and compare(lost, "system.changed").agrees is None  # could not compare
     pending = read_diagnosis({"diagnostics": {"cache_miss_reason": None}})
     assert pending is not None and pending.reason == "pending" and compare(pending, None).agrees is None
-    wrong = read_diagnosis({"diagnostics": {"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": 5}}})
+    wrong = read_diagnosis(
+        {"diagnostics": {"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": 5}}}
+    )
     assert wrong is not None and compare(wrong, "messages.edited").agrees is False
     assert read_diagnosis({"diagnostics": None}, requested=True) is not None
     assert read_diagnosis({"diagnostics": None}) is None

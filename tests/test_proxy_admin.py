@@ -68,9 +68,7 @@ def test_metrics_and_report_on_loopback() -> None:
             assert "agentcache_proxy_upstream_latency_seconds_bucket" in text
             assert "agentcache_proxy_upstream_ttfb_seconds_bucket" in text
             for arm in ("as_sent", "agentcache", "reported"):
-                assert (
-                    f'agentcache_cost_usd_total{{arm="{arm}",model="claude-opus-4-8",provider="anthropic"}}' in text
-                )
+                assert f'agentcache_cost_usd_total{{arm="{arm}",model="claude-opus-4-8",provider="anthropic"}}' in text
             assert "agentcache_saved_usd" in text
             assert 'agentcache_session_events_total{event="turn"} 4.0' in text
             assert "agentcache_proxy_live_sessions 2.0" in text

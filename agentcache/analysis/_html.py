@@ -143,10 +143,11 @@ function show(name) {
     [m.request, m.arm, m.cause, fmt(m.tokens_lost), m.rejected ? "yes" : "no", m.where || ""]),
     ["request", "arm", "cause", "tokens lost", "rejected", "where"]);
   const pd = D.provider_diagnostics;
-  document.getElementById("provider-agreement").textContent = pd.compared ?
-    "agreement " + (100 * pd.agreement).toFixed(1) + "% (" + pd.agree + " of " + pd.compared + " compared)" : "none recorded";
+  document.getElementById("provider-agreement").textContent = pd.compared ? "agreement " +
+    (100 * pd.agreement).toFixed(1) + "% (" + pd.agree + " of " + pd.compared + " compared)" : "none recorded";
   document.getElementById("provider").innerHTML = table(pd.misses.filter(m => m.session === name).map(m =>
-    [m.request, m.provider + ": " + m.reason, m.ours || "(none)", m.agrees === null ? "unknown" : (m.agrees ? "yes" : "no")]),
+    [m.request, m.provider + ": " + m.reason, m.ours || "(none)",
+     m.agrees === null ? "unknown" : (m.agrees ? "yes" : "no")]),
     ["request", "provider reason", "agentcache cause", "agrees"]);
   document.getElementById("ttl").innerHTML = table(turns.filter(t => t.ttl).map(t =>
     [t.request, t.ttl, t.ttl_reason]), ["request", "ttl", "reason"]);

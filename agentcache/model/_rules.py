@@ -153,15 +153,17 @@ def check_models(models: Any) -> dict[str, dict[str, dict[str, Any]]]:
                 raise ValueError(f"{where} must be a table")
             bad = sorted(set(fields) - MODEL_FIELDS)
             if bad:
-                raise ValueError(f"{where}: unknown field(s) {', '.join(bad)}; known: {', '.join(sorted(MODEL_FIELDS))}")
+                raise ValueError(
+                    f"{where}: unknown field(s) {', '.join(bad)}; known: {', '.join(sorted(MODEL_FIELDS))}"
+                )
             need = ["input_usd_per_mtok"] + (["cache_read_usd_per_mtok"] if provider == "openai" else [])
             missing = [k for k in need if k not in fields and name not in builtin]
             if missing:
                 raise ValueError(f"{where}: a new model needs {', '.join(missing)}")
             for key, value in fields.items():
-                if key.endswith("_per_mtok") or key == "min_cacheable_tokens":
-                    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                        raise ValueError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+                numeric = key.endswith("_per_mtok") or key == "min_cacheable_tokens"
+                if numeric and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+                    raise ValueError(f"{where}.{key}: expected a number >= 0, got {value!r}")
             aliases = fields.get("aliases", [])
             if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
                 raise ValueError(f"{where}.aliases: expected a list of model ids")
