@@ -32,7 +32,7 @@ from tests.test_proxy_support import (
 )
 
 A = {"x-api-key": ANTHROPIC_KEY}
-SCHEMA_KEYS = {"provider", "model", "totals", "sessions", "breaks", "misses"}
+SCHEMA_KEYS = {"provider", "model", "totals", "sessions", "breaks", "misses", "models", "provider_diagnostics"}
 METRICS_KEYS = {
     "requests",
     "prompt_tokens",
@@ -99,6 +99,7 @@ TURN_FAMILIES = {
     "agentcache_breaks",
     "agentcache_misses",
     "agentcache_saved_usd",
+    "agentcache_provider_miss_reasons",
 }
 
 
