@@ -15,7 +15,7 @@ from typing import Any
 from agentcache._exceptions import InputError
 from agentcache.model._build import BlockCache, Builder
 from agentcache.model._canonical import Block, CanonicalRequest, Marker, dumps
-from agentcache.model._plan import MarkerSpec, WirePlan
+from agentcache.model._plan import KEEP, MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
 
 from ._wire import (
@@ -111,8 +111,12 @@ def set_markers(
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
-    """A new body with ``plan`` applied (``body`` is not mutated)."""
-    return apply_common(body, plan, set_markers)
+    """A new body with ``plan`` applied (``body`` is not mutated). ``plan.diagnostics`` becomes
+    ``diagnostics.previous_message_id`` (Anthropic cache diagnostics) unless the client sent ``diagnostics``."""
+    out = apply_common(body, plan, set_markers)
+    if plan.diagnostics is not KEEP and "diagnostics" not in out:
+        out["diagnostics"] = {"previous_message_id": plan.diagnostics}
+    return out
 
 
 def reshaped(block: Block, marker: Marker | None) -> Block:

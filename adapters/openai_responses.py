@@ -92,8 +92,15 @@ def set_markers(
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
-    """A new body with ``plan`` applied."""
-    return apply_common(body, plan, set_markers)
+    """A new body with ``plan`` applied. A ``plan.diagnostics`` response id becomes
+    ``prompt_cache_options.comparison_response_id`` (OpenAI prompt cache diagnostics), beside the client's own
+    options, unless the client set one."""
+    out = apply_common(body, plan, set_markers)
+    if isinstance(plan.diagnostics, str):
+        opts = out.get("prompt_cache_options")
+        if opts is None or (isinstance(opts, dict) and "comparison_response_id" not in opts):
+            out["prompt_cache_options"] = {**(opts or {}), "comparison_response_id": plan.diagnostics}
+    return out
 
 
 def reshaped(block: Block, marker: Marker | None) -> Block:

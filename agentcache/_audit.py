@@ -11,19 +11,26 @@ sessions through one shared simulated cache per arm (docs/design.md, "Cache scop
 * ``ideal``: every token already sent earlier in the scope, after safe repairs, counts as reused.
 
 Sessions stay open for the whole audit (no idle timeout): the audit reports what the traffic did.
+
+The report names every model the requests used and whether the price table knows it (``models``), and, when
+the recorded responses carry the provider's own cache diagnostics (Anthropic ``diagnostics``, OpenAI
+``prompt_cache_diagnostics``), each provider-diagnosed miss beside agentcache's cause for the same recorded pair
+of requests, with their agreement (``provider_diagnostics``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from ._config import Settings
 from ._exceptions import ConfigError, InputError
 from ._log import get_logger
 from .analysis._ledger import Ledger
-from .analysis._report import AuditReport
+from .analysis._report import AuditReport, ModelRecord, ProviderMissRecord
 from .loaders import Record
-from .model._rules import anthropic_rules, default_model, normalize_model, openai_rules
+from .model._provider import compare, read_diagnosis
+from .model._rules import anthropic_rules, default_model, lookup_model, normalize_model, openai_rules
 from .model._types import TargetKind
 from .model._usage import normalize_usage
 from .policies import STRATEGIES
@@ -68,12 +75,16 @@ def audit(
     ledger = Ledger(target, model=model, strategies=STRATEGIES if compare else (), ideal=True, keep_turns=True)
     counts: dict[str, int] = {}
     errors: list[InputError] = []
+    provider_misses: list[ProviderMissRecord] = []
     for n, rec in enumerate(recs):
         try:
             turn = sessions.begin(rec.api, rec.body, identity=Identity(session=rec.session), now=0.0, at=rec.at)
             turn.commit()
-            turn.finish(normalize_usage(rec.usage, rec.api) if rec.usage is not None else None)
+            source = rec.response if rec.response is not None else rec.usage
+            turn.finish(normalize_usage(source, rec.api) if source is not None else None)
             i = counts.get(rec.session, 0)
+            if rec.response is not None:
+                _provider_miss(rec, i, turn.prepared.divergence, provider_misses)
             ledger.record(rec.session, i, turn.prepared)
         except (InputError, ConfigError) as exc:  # one bad record never stops the audit
             errors.append(InputError(str(exc), source=rec.source or None, record=rec.index))
@@ -89,7 +100,43 @@ def audit(
     ledger.finish()
     report = ledger.report(name, _report_model(recs, name, model))
     report.errors = errors
+    report.models = _models_seen(recs, name, model)
+    report.provider_misses = provider_misses
     return report
+
+
+def _provider_miss(rec: Record, index: int, divergence: Any, out: list[ProviderMissRecord]) -> None:
+    """The recorded response's own cache diagnosis beside agentcache's cause for the same recorded pair (the
+    client's request against its previous one), when either calls it a miss."""
+    assert rec.response is not None
+    diagnosis = read_diagnosis(rec.response, requested="diagnostics" in rec.body)
+    if diagnosis is None:
+        return
+    ours = divergence.cause if divergence is not None else None
+    if index == 0 and diagnosis.reason == "none":
+        return  # the opt-in first request: nothing compared
+    miss = compare(diagnosis, str(ours) if ours is not None else None)
+    if ours is None and miss.reason in ("none", "cache_hit"):
+        return  # both say the request extended the one before
+    out.append(
+        ProviderMissRecord(rec.session, index, miss.provider, miss.reason, miss.missed_tokens, miss.ours, miss.agrees)
+    )
+
+
+def _models_seen(recs: list[Record], provider: str, model: str | None) -> list[ModelRecord]:
+    """Each model the records name (or ``model``, when every request is priced as it), with whether the
+    provider's price table knows it; none for an engine (no prices)."""
+    if provider == TargetKind.ENGINE:
+        return []
+    counts: dict[str, int] = {}
+    for r in recs:
+        name = model or str(r.body.get("model") or "")
+        counts[name] = counts.get(name, 0) + 1
+    out = []
+    for name, n in sorted(counts.items()):
+        priced_as, known = lookup_model(provider, name or None)
+        out.append(ModelRecord(provider, name, known, priced_as, n))
+    return out
 
 
 def _unbounded() -> MemoryStore:

@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     (default: declared > detected > the request's API), ``anthropic``, ``openai``, ``engine``, or an engine
     name (``sglang``, ``llama.cpp``, ``vllm``). ``detect_engines``: ask an endpoint that is not a provider host
     whether it is a local engine (``GET /v1/models``, ``/props``) before choosing provider rules.
+    ``models``: model rows to add to or override in the price table, ``{provider: {model id: {field: value}}}``
+    with the fields of ``agentcache/data/models.toml`` (in a config file: ``[models.anthropic."my-model"]``);
+    installed process-wide by :func:`configure`. ``provider_diagnostics``: opt-in; asks the provider why each
+    request missed its cache (Anthropic cache diagnostics, OpenAI prompt cache diagnostics) by adding the
+    previous response's id to the request (and Anthropic's ``cache-diagnosis-2026-04-07`` beta header).
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTCACHE_", extra="ignore")
@@ -47,6 +52,15 @@ class Settings(BaseSettings):
     openai_key_families: int = Field(default=4096, gt=0)
     target: str = "auto"
     detect_engines: bool = True
+    models: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)
+    provider_diagnostics: bool = False
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _check_models(cls, value: Any) -> Any:
+        from .model._rules import check_models
+
+        return check_models(value)
 
     @field_validator("target")
     @classmethod
@@ -75,8 +89,8 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             data = raw["agentcache"]
             if not isinstance(data, dict):
                 raise ConfigError(f"{path}: [agentcache] must be a table")
-        else:  # top-level keys; other tables ([proxy], ...) belong to other readers
-            data = {k: v for k, v in raw.items() if not isinstance(v, dict)}
+        else:  # top-level keys (and the [models] table); other tables ([proxy], ...) belong to other readers
+            data = {k: v for k, v in raw.items() if not isinstance(v, dict) or k == "models"}
         unknown = sorted(set(data) - set(Settings.model_fields))
         if unknown:
             raise ConfigError(
@@ -107,7 +121,15 @@ def configure(path: str | Path | None = None, **overrides: Any) -> Settings:
     """Load and install the process-wide settings (once, at start-up)."""
     global _settings
     _settings = load_settings(path, **overrides)
+    _install(_settings)
     return _settings
+
+
+def _install(settings: Settings) -> None:
+    """Apply the process-wide parts of ``settings``: the price table's model rows."""
+    from .model._rules import install_models
+
+    install_models(settings.models)
 
 
 def get_settings() -> Settings:
@@ -115,6 +137,7 @@ def get_settings() -> Settings:
     global _settings
     if _settings is None:
         _settings = load_settings()
+        _install(_settings)
     return _settings
 
 
@@ -122,3 +145,6 @@ def reset_settings() -> None:
     """Forget the process-wide settings (tests)."""
     global _settings
     _settings = None
+    from .model._rules import install_models
+
+    install_models({})

@@ -54,6 +54,7 @@ from ._wrap_raw import tap_raw_response
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
 from .model._usage import normalize_usage
 from .session import Session, Sessions, Turn
+from .session._pipeline import with_headers
 from .targets import Target, probe, resolve_target
 
 __all__ = ["WrappedClient", "default_sessions", "reset_default_sessions", "wrap"]
@@ -267,7 +268,10 @@ class WrappedClient:
             body, side = split_kwargs(method, kwargs)
             turn = self._ac_session.begin(api, body, base_url=self._ac_base_url, target=self._ac_target(api))
             raw = wants_raw(side.get("extra_headers"))
-            return _Plan(turn, (), send_kwargs(method, turn.body, side), bool(body.get("stream")), raw)
+            out = send_kwargs(method, turn.body, side)
+            if turn.prepared.headers:  # planned headers (provider diagnostics' beta header)
+                out["extra_headers"] = with_headers(side.get("extra_headers"), turn.prepared.headers)
+            return _Plan(turn, (), out, bool(body.get("stream")), raw)
         except _Passthrough as why:
             log.debug("wrap.passthrough", api=api, reason=str(why))
         except Exception as exc:  # fail open
@@ -289,7 +293,10 @@ class WrappedClient:
             options = kwargs.get("options")
             raw = wants_raw(options.get("headers") if isinstance(options, Mapping) else None)
             stream = bool(kwargs.get("stream")) or bool(wire.get("stream"))
-            return _Plan(turn, args, {**kwargs, "body": turn.body}, stream, raw)
+            out = {**kwargs, "body": turn.body}
+            if turn.prepared.headers and isinstance(options, Mapping):  # planned headers, as above
+                out["options"] = {**options, "headers": with_headers(options.get("headers"), turn.prepared.headers)}
+            return _Plan(turn, args, out, stream, raw)
         except _Passthrough as why:
             log.debug("wrap.passthrough", api=api, reason=str(why))
         except Exception as exc:  # fail open

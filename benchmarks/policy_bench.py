@@ -1,5 +1,5 @@
 """Policy benchmark: the ``agentcache`` arm against every baseline strategy on four workloads,
-under Anthropic rules with claude-sonnet-4-5 prices.
+under Anthropic rules with claude-opus-4-8 prices.
 
 Run: ``python benchmarks/policy_bench.py [--json OUT]``. Prints a markdown table per workload:
 cost and cached share per arm, and per session whether ``agentcache`` is at or below the best
@@ -23,7 +23,7 @@ from workloads import WORKLOADS
 from agentcache import audit
 from agentcache.policies import STRATEGIES
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-opus-4-8"
 
 
 def run(name: str) -> dict[str, Any]:

@@ -51,7 +51,7 @@ TURNS_PER_SESSION = 10
 # ---- the fake upstream ------------------------------------------------------------------------------------
 
 _USAGE = {"input_tokens": 12, "cache_read_input_tokens": 11000, "cache_creation_input_tokens": 400, "output_tokens": 1}
-_START = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],
+_START = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-opus-4-8", "content": [],
           "stop_reason": None, "stop_sequence": None, "usage": _USAGE}  # fmt: skip
 _EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("message_start", {"type": "message_start", "message": _START}),
@@ -150,7 +150,7 @@ class Conversations:
         self.serial += 1
         pool = [t for k in range(self.serial, self.serial + 40) for t in self.texts[k % len(self.texts)]]
         msgs: list[dict[str, Any]] = []
-        base = {"model": "claude-sonnet-4-5", "max_tokens": 256, "stream": True, "system": self.system,
+        base = {"model": "claude-opus-4-8", "max_tokens": 256, "stream": True, "system": self.system,
                 "tools": self.tools}  # fmt: skip
         out: list[bytes] = []
         i = 0

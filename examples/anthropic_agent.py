@@ -4,7 +4,7 @@
     python examples/anthropic_agent.py --base-url http://127.0.0.1:8080 --model smollm2 --json
 
 ``--base-url`` defaults to ``$ANTHROPIC_BASE_URL`` (else Anthropic's API), the key to ``$ANTHROPIC_API_KEY``
-(a local server accepts any), ``--model`` to ``$ANTHROPIC_MODEL`` or ``claude-sonnet-4-5``. Any server that
+(a local server accepts any), ``--model`` to ``$ANTHROPIC_MODEL`` or ``claude-opus-4-8``. Any server that
 speaks the Messages API works, e.g. llama.cpp's ``llama-server``.
 
 The two agentcache lines:
@@ -100,7 +100,7 @@ def review(
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = agent_args(__doc__ or "", DEFAULT_TASK, "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "claude-sonnet-4-5", argv)
+    a = agent_args(__doc__ or "", DEFAULT_TASK, "ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL", "claude-opus-4-8", argv)
 
     recorder = Recorder()
     sessions = agentcache.Sessions(sinks=[recorder])

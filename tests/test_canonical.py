@@ -16,7 +16,7 @@ from .conftest import CASES, anthropic_messages, anthropic_tools, policy
 
 def _body(n: int = 3) -> dict[str, object]:
     return {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-opus-4-8",
         "max_tokens": 100,
         "system": [{"type": "text", "text": policy()}],
         "tools": anthropic_tools(),

@@ -34,7 +34,8 @@ def invoke(*args: str | Path, env: dict[str, str] | None = None) -> Result:
 
 
 def error_lines(result: Result) -> list[str]:
-    return [ln for ln in result.stderr.splitlines() if ln.strip()]
+    """stderr lines, without the once-per-run ``model.unknown`` warnings (tested on their own)."""
+    return [ln for ln in result.stderr.splitlines() if ln.strip() and "model.unknown" not in ln]
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +49,10 @@ def _fresh_logging() -> Iterator[None]:
 def tau_json() -> dict[str, Any]:
     result = runner.invoke(cli.app, ["audit", str(TAU), "--provider", "anthropic", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
-    assert result.stderr == ""
+    # tau-bench's gpt-4o under Anthropic rules: named once, priced as the default model
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "model.unknown" in lines[0] and "model=gpt-4o" in lines[0], result.stderr
+    assert "priced_as=claude-opus-4-8" in lines[0]
     doc: dict[str, Any] = json.loads(result.stdout)
     return doc
 
@@ -70,8 +74,22 @@ def k01_jsonl(tmp_path: Path, bad: dict[int, Any]) -> Path:
 
 
 def test_tau_bench_json(tau_json: dict[str, Any]) -> None:
-    assert set(tau_json) == {"provider", "model", "totals", "sessions", "breaks", "misses"}
+    assert set(tau_json) == {
+        "provider",
+        "model",
+        "totals",
+        "sessions",
+        "breaks",
+        "misses",
+        "models",
+        "provider_diagnostics",
+    }
     assert tau_json["provider"] == "anthropic"
+    # tau-bench recorded gpt-4o: under Anthropic rules it is unknown, priced as the documented default
+    assert tau_json["models"] == [
+        {"provider": "anthropic", "model": "gpt-4o", "known": False, "priced_as": "claude-opus-4-8", "requests": 2454}
+    ]
+    assert tau_json["provider_diagnostics"] == {"compared": 0, "agree": 0, "agreement": None, "misses": []}
     assert len(tau_json["sessions"]) == 200
     totals = tau_json["totals"]
     assert set(totals) == {"as_sent", "agentcache", "ideal"}

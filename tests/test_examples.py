@@ -80,7 +80,7 @@ def test_anthropic_agent_runs_tools_and_a_subagent(upstream: FakeUpstream) -> No
         reply([{"type": "text", "text": "Lisbon is warmer by 30.6 F."}]),  # lead
         reply([{"type": "text", "text": "OK"}]),  # reviewer
     ]
-    result = run_example("anthropic_agent.py", "--base-url", upstream.url, "--model", "claude-sonnet-4-5")
+    result = run_example("anthropic_agent.py", "--base-url", upstream.url, "--model", "claude-opus-4-8")
     assert result["answer"] == "Lisbon is warmer by 30.6 F." and result["review"] == "OK"
     assert [r["turn"] for r in rows_of(result, "atlas")] == [0, 1, 2]
     assert len(rows_of(result, "atlas/researcher")) == 2 and len(rows_of(result, "atlas/reviewer")) == 1

@@ -20,7 +20,7 @@ def _records(api: str, bodies: list[dict[str, Any]], at: list[float] | None = No
 
 
 def _anth(messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 512}
+    body: dict[str, Any] = {"model": "claude-opus-4-8", "max_tokens": 512}
     body["system"] = extra.pop("system", [{"type": "text", "text": policy()}])
     body["tools"] = extra.pop("tools", anthropic_tools())
     body.update(extra)
@@ -171,7 +171,7 @@ def test_messages_media_changed() -> None:
 @pytest.mark.parametrize(
     ("key", "v0", "v1", "cause"),
     [
-        ("model", "claude-sonnet-4-5", "claude-opus-4-1", "options.model"),
+        ("model", "claude-opus-4-8", "claude-opus-4-1", "options.model"),
         ("thinking", {"type": "enabled", "budget_tokens": 2048}, {"type": "disabled"}, "options.thinking"),
         ("tool_choice", {"type": "auto"}, {"type": "any"}, "options.tool_choice"),
     ],
@@ -276,7 +276,7 @@ def test_ttl_expired_openai_after_ten_minutes() -> None:
 def test_below_minimum_short_prompt() -> None:
     bodies = [
         {
-            "model": "claude-sonnet-4-5",
+            "model": "claude-opus-4-8",
             "max_tokens": 64,
             "system": "Be brief.",
             "messages": _marked(anthropic_messages(n)),

@@ -81,7 +81,7 @@ def test_random_cache_key_is_pinned_to_the_first() -> None:
 
 def test_five_markers_are_capped_and_valid() -> None:
     client, sent = _run("k08-five-cache-markers")
-    rules = anthropic_rules("claude-sonnet-4-5")
+    rules = anthropic_rules("claude-opus-4-8")
     assert not markers_valid(canonicalize("anthropic.messages", client[2]), rules)
     for body in sent:
         assert markers_valid(canonicalize("anthropic.messages", body), rules)

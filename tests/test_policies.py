@@ -20,7 +20,7 @@ from agentcache.session._pipeline import ScopeMemory, SessionPipeline
 
 from .conftest import CASES, anthropic_messages, anthropic_tools, policy
 
-RULES = anthropic_rules("claude-sonnet-4-5")
+RULES = anthropic_rules("claude-opus-4-8")
 
 
 def test_ttl_5m_without_timing_or_short_gaps() -> None:
@@ -114,7 +114,7 @@ def test_client_key_is_kept_not_replaced() -> None:
 
 def _body(n: int) -> dict[str, Any]:
     return {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-opus-4-8",
         "max_tokens": 64,
         "system": [{"type": "text", "text": policy()}],
         "tools": anthropic_tools(),

@@ -16,7 +16,7 @@ from agentcache.session._pipeline import SessionPipeline
 from agentcache.simulate import markers_valid
 
 WORDS = ["flight", "reservation", "baggage", "refund", "cabin", "economy", "policy", "passenger", "airport"]
-RULES = anthropic_rules("claude-sonnet-4-5")
+RULES = anthropic_rules("claude-opus-4-8")
 
 text = st.lists(st.sampled_from(WORDS), min_size=0, max_size=400).map(" ".join)
 # Long enough blocks that prefixes pass the 1,024-token minimum and markers are really placed.
@@ -77,7 +77,7 @@ def session(draw: st.DrawFn) -> list[dict[str, Any]]:
         messages.append(draw(message("user")))
         order = draw(st.permutations(tools)) if tools else []
         body: dict[str, Any] = {
-            "model": "claude-sonnet-4-5",
+            "model": "claude-opus-4-8",
             "max_tokens": 64,
             "messages": messages,
             "tools": list(order),

@@ -74,7 +74,7 @@ def test_anthropic_stream_relayed_byte_for_byte_and_usage_tapped() -> None:
             assert raw.endswith(sse_bytes([("message_stop", {"type": "message_stop"})])[0])
             metrics = state.metrics.render().decode()
             assert (
-                'agentcache_prompt_tokens_total{kind="cache_read",model="claude-sonnet-4-5",provider="anthropic",'
+                'agentcache_prompt_tokens_total{kind="cache_read",model="claude-opus-4-8",provider="anthropic",'
                 'source="turn"}' in metrics
             )
             reported = state.report.to_dict()["totals"]["reported"]
@@ -126,7 +126,7 @@ def test_responses_route_stream_and_not() -> None:
 def test_other_paths_pass_through_untouched() -> None:
     async def scenario() -> None:
         async with proxy() as (client, state, fake):
-            raw = b'{"model":"claude-sonnet-4-5",  "messages":[{"role":"user","content":"hi"}]}'
+            raw = b'{"model":"claude-opus-4-8",  "messages":[{"role":"user","content":"hi"}]}'
             r = await client.post(
                 "/v1/messages/count_tokens?beta=true",
                 content=raw,
@@ -262,7 +262,7 @@ def test_upstream_cookies_never_reach_another_request_and_no_headers_are_added()
             client.cookies.clear()  # from here on, another caller (the test client would send it back itself)
             for name in ("accept-encoding", "user-agent", "accept"):
                 client.headers.pop(name, None)
-            raw = b'{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
+            raw = b'{"model":"claude-opus-4-8","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
             headers = {"x-api-key": "sk-b", "content-type": "application/json"}
             await client.post("/v1/messages", content=raw, headers=headers)
             await client.get("/v1/models", headers={"x-api-key": "sk-b"})

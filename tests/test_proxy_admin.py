@@ -33,7 +33,7 @@ from tests.test_proxy_support import (
 
 A = {"x-api-key": ANTHROPIC_KEY}
 ADMIN = {"x-agentcache-admin-token": "s3cret"}
-SCHEMA_KEYS = {"provider", "model", "totals", "sessions", "breaks", "misses"}
+SCHEMA_KEYS = {"provider", "model", "totals", "sessions", "breaks", "misses", "models", "provider_diagnostics"}
 METRICS_KEYS = {
     "requests",
     "prompt_tokens",
@@ -57,27 +57,25 @@ def test_metrics_and_report() -> None:
             await client.post("/v1/messages", json=anthropic_body(conversation(1)), headers={"x-api-key": OTHER_KEY})
             text = (await client.get("/metrics", headers=ADMIN)).text
             assert (
-                'agentcache_proxy_requests_total{model="claude-sonnet-4-5",provider="anthropic",'
+                'agentcache_proxy_requests_total{model="claude-opus-4-8",provider="anthropic",'
                 'route="/v1/messages",status="200"} 4.0' in text
             )
             for kind in ("cache_read", "cache_write", "uncached"):
                 assert (
-                    f'agentcache_prompt_tokens_total{{kind="{kind}",model="claude-sonnet-4-5",provider="anthropic",'
+                    f'agentcache_prompt_tokens_total{{kind="{kind}",model="claude-opus-4-8",provider="anthropic",'
                     'source="turn"}' in text
                 )
             assert "agentcache_proxy_tokens_total" not in text  # one definition: no proxy twin of the turn metrics
             assert "agentcache_proxy_upstream_latency_seconds_bucket" in text
             assert "agentcache_proxy_upstream_ttfb_seconds_bucket" in text
             for arm in ("as_sent", "agentcache", "reported"):
-                assert (
-                    f'agentcache_cost_usd_total{{arm="{arm}",model="claude-sonnet-4-5",provider="anthropic"}}' in text
-                )
+                assert f'agentcache_cost_usd_total{{arm="{arm}",model="claude-opus-4-8",provider="anthropic"}}' in text
             assert "agentcache_saved_usd" in text
             assert 'agentcache_session_events_total{event="turn"} 4.0' in text
             assert "agentcache_proxy_live_sessions 2.0" in text
             doc = (await client.get("/agentcache/v1/report", headers=ADMIN)).json()  # all tenants
             assert set(doc) == SCHEMA_KEYS
-            assert doc["provider"] == "anthropic" and doc["model"] == "claude-sonnet-4-5"
+            assert doc["provider"] == "anthropic" and doc["model"] == "claude-opus-4-8"
             assert set(doc["totals"]) == {"as_sent", "agentcache", "reported"}
             assert all(set(m) == METRICS_KEYS for m in doc["totals"].values())
             assert doc["totals"]["reported"]["requests"] == 4
@@ -104,6 +102,7 @@ TURN_FAMILIES = {
     "agentcache_breaks",
     "agentcache_misses",
     "agentcache_saved_usd",
+    "agentcache_provider_miss_reasons",
 }
 
 
@@ -179,7 +178,7 @@ def test_library_sink_and_proxy_export_the_same_turn_metrics(
     proxy_names, proxy_samples = turn_level(proxied)
     assert names == proxy_names == TURN_FAMILIES  # and the proxy has no turn-level family of its own
     assert fed_by_events(samples) == pytest.approx(fed_by_events(proxy_samples))
-    provider, model = ("anthropic", "claude-sonnet-4-5") if api == "anthropic.messages" else ("openai", "gpt-4o")
+    provider, model = ("anthropic", "claude-opus-4-8") if api == "anthropic.messages" else ("openai", "gpt-4o")
     read = (
         "agentcache_prompt_tokens_total",
         (("kind", "cache_read"), ("model", model), ("provider", provider), ("source", "turn")),
@@ -198,7 +197,7 @@ def test_saved_gauge_follows_the_live_report() -> None:
             assert saved == pytest.approx(totals["as_sent"]["cost_usd"] - totals["agentcache"]["cost_usd"], abs=1e-5)
             assert saved is not None and saved > 0
             reported = state.metrics.registry.get_sample_value(
-                "agentcache_cost_usd_total", {"provider": "anthropic", "model": "claude-sonnet-4-5", "arm": "reported"}
+                "agentcache_cost_usd_total", {"provider": "anthropic", "model": "claude-opus-4-8", "arm": "reported"}
             )
             assert reported == pytest.approx(totals["reported"]["cost_usd"], abs=1e-5)
 

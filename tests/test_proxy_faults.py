@@ -120,7 +120,7 @@ def test_malformed_and_oversized_bodies_get_the_callers_error_format() -> None:
 def test_unreadable_request_shape_is_forwarded_unchanged() -> None:
     async def scenario() -> None:
         async with proxy() as (client, _state, fake):
-            raw = b'{"model": "claude-sonnet-4-5", "messages": "not a list"}'
+            raw = b'{"model": "claude-opus-4-8", "messages": "not a list"}'
             fake.fault = lambda seen: httpx.Response(
                 400,
                 json={

@@ -87,7 +87,7 @@ def test_keep_warm_sends_the_last_request_prefill_only(monkeypatch: pytest.Monke
             assert 'agentcache_proxy_keep_warm_requests_total{outcome="sent"} 4.0' in metrics
             # keep-warm requests are no turns: their tokens are counted apart (source keep_warm)
             sample = state.metrics.registry.get_sample_value
-            labels = {"provider": "anthropic", "model": "claude-sonnet-4-5", "kind": "cache_read"}
+            labels = {"provider": "anthropic", "model": "claude-opus-4-8", "kind": "cache_read"}
             assert (sample("agentcache_prompt_tokens_total", {**labels, "source": "keep_warm"}) or 0) > 0
             assert sample("agentcache_session_events_total", {"event": "turn"}) == 3
             assert len(state.keep_warm) == 0
@@ -177,7 +177,7 @@ def test_keeper_stops_after_a_refused_refresh_and_drops_a_stale_session() -> Non
                 no_wait,
             )
             decision = KeepWarmDecision(True, 1.0, 1.0, 3, 0.0, 0.0, "test")
-            body = {"model": "claude-sonnet-4-5", "max_tokens": 0, "messages": []}
+            body = {"model": "claude-opus-4-8", "max_tokens": 0, "messages": []}
             assert keeper.schedule("t/s", decision, "http://up/v1/messages", [(b"x-api-key", b"k")], body, lambda: True)
             await asyncio.sleep(0.05)
             assert outcomes == [("sent", 5000), ("failed", None)]  # the third is not tried after a refusal

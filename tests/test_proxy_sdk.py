@@ -42,7 +42,7 @@ def test_anthropic_sdk_create_and_stream(served: tuple[ServerThread, FakeUpstrea
     server, fake, state = served
     client = _ant(server)
     msgs: Any = conversation(1)
-    first = client.messages.create(model="claude-sonnet-4-5", max_tokens=32, messages=msgs, tools=anthropic_tools())
+    first = client.messages.create(model="claude-opus-4-8", max_tokens=32, messages=msgs, tools=anthropic_tools())
     assert first.content[0].text == "Hello there."  # type: ignore[union-attr]
     seen = fake.requests[-1]
     # auth passes through as the SDK sent it (x-api-key, or a bearer token in newer SDKs)
@@ -50,7 +50,7 @@ def test_anthropic_sdk_create_and_stream(served: tuple[ServerThread, FakeUpstrea
     assert auth == ANTHROPIC_KEY and seen.headers["anthropic-version"]
     assert seen.headers["user-agent"].startswith("Anthropic/Python")
     with client.messages.stream(
-        model="claude-sonnet-4-5",
+        model="claude-opus-4-8",
         max_tokens=32,
         messages=conversation(3),
         tools=anthropic_tools(),  # type: ignore[arg-type]
@@ -60,7 +60,7 @@ def test_anthropic_sdk_create_and_stream(served: tuple[ServerThread, FakeUpstrea
     assert text == "Hello there."
     assert (final.usage.cache_read_input_tokens or 0) > 0
     streamed = client.messages.create(
-        model="claude-sonnet-4-5",
+        model="claude-opus-4-8",
         max_tokens=32,
         messages=conversation(5),
         stream=True,  # type: ignore[arg-type]
@@ -79,14 +79,14 @@ def test_anthropic_sdk_sees_upstream_errors_as_its_own(served: tuple[ServerThrea
         headers={"retry-after": "1"},
     )
     with pytest.raises(anthropic.RateLimitError, match="slow down"):
-        _ant(server).messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=conversation(1))  # type: ignore[arg-type]
+        _ant(server).messages.create(model="claude-opus-4-8", max_tokens=8, messages=conversation(1))  # type: ignore[arg-type]
 
     def timeout(seen: Seen) -> None:
         raise httpx.ReadTimeout("upstream too slow")
 
     fake.fault = timeout
     with pytest.raises(anthropic.InternalServerError) as caught:
-        _ant(server).messages.create(model="claude-sonnet-4-5", max_tokens=8, messages=conversation(1))  # type: ignore[arg-type]
+        _ant(server).messages.create(model="claude-opus-4-8", max_tokens=8, messages=conversation(1))  # type: ignore[arg-type]
     assert caught.value.status_code == 504
     assert caught.value.body["error"]["type"] == "timeout_error"  # type: ignore[index]
 
@@ -129,7 +129,7 @@ def test_async_sdks_in_process() -> None:
             http = lib.AsyncClient(transport=lib.ASGITransport(app=app), base_url="http://proxy")
             ant = anthropic.AsyncAnthropic(base_url="http://proxy", api_key="k", http_client=http, max_retries=0)
             stream = await ant.messages.create(
-                model="claude-sonnet-4-5",
+                model="claude-opus-4-8",
                 max_tokens=8,
                 messages=conversation(1),
                 stream=True,  # type: ignore[arg-type]

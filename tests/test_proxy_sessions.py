@@ -156,7 +156,7 @@ def test_late_response_of_a_closed_session_changes_nothing() -> None:
             assert r.status_code == 200  # the client still gets its answer
             assert "agentcache_proxy_stale_commits_total 1.0" in state.metrics.render().decode()
             # no turn, but the upstream processed the prompt: its tokens are counted apart, never as a turn's
-            tokens = {"provider": "anthropic", "model": "claude-sonnet-4-5", "kind": "uncached"}
+            tokens = {"provider": "anthropic", "model": "claude-opus-4-8", "kind": "uncached"}
             sample = state.metrics.registry.get_sample_value
             assert (sample("agentcache_prompt_tokens_total", {**tokens, "source": "uncommitted"}) or 0) > 0
             assert sample("agentcache_prompt_tokens_total", {**tokens, "source": "turn"}) is None

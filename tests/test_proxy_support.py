@@ -118,7 +118,7 @@ def anthropic_message(usage: dict[str, Any]) -> dict[str, Any]:
         "id": "msg_1",
         "type": "message",
         "role": "assistant",
-        "model": "claude-sonnet-4-5",
+        "model": "claude-opus-4-8",
         "content": [{"type": "text", "text": "Hello there."}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
@@ -263,7 +263,7 @@ def anthropic_body(messages: list[dict[str, Any]], **extra: Any) -> dict[str, An
     from tests.conftest import anthropic_tools, policy
 
     return {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-opus-4-8",
         "max_tokens": 64,
         "system": policy(),
         "tools": anthropic_tools(),

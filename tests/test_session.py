@@ -44,7 +44,7 @@ def body(turns: int, tag: str = "", tools: list[dict[str, Any]] | None = None) -
         if i < turns - 1:
             msgs.append({"role": "assistant", "content": f"{tag} answer {i}"})
     return {
-        "model": "claude-sonnet-4-5",
+        "model": "claude-opus-4-8",
         "max_tokens": 64,
         "system": policy(),
         "tools": tools or anthropic_tools(),
@@ -87,7 +87,7 @@ def test_totals_per_session_and_per_lineage(quiet: None) -> None:
     assert root.totals.requests == 1 and child.totals.requests == 2
     lineage = sessions.lineage_totals("r")
     assert lineage is not None and lineage.requests == 3 and lineage.cache_read_tokens == 3000
-    assert lineage.cost_usd == pytest.approx(3 * (10 + 100) * 3 / 1e6)
+    assert lineage.cost_usd == pytest.approx(3 * (10 + 100) * 5 / 1e6)  # claude-opus-4-8: $5/MTok
     child.close()
     tomb = sessions.tombstone("r/sub")
     assert tomb is not None and tomb.totals.requests == 2 and sessions.totals("r/sub") is tomb.totals
@@ -227,10 +227,10 @@ def test_prometheus_sink_counts_events_and_tokens(quiet: None) -> None:
     assert value("agentcache_session_events_total", event="fork") == 1
     assert value("agentcache_session_events_total", event="close") == 2
     assert value("agentcache_session_events_total", event="retry") == 0
-    tokens = {"provider": "anthropic", "model": "claude-sonnet-4-5", "source": "turn"}
+    tokens = {"provider": "anthropic", "model": "claude-opus-4-8", "source": "turn"}
     assert value("agentcache_prompt_tokens_total", kind="cache_read", **tokens) == 2000
     assert value("agentcache_prompt_tokens_total", kind="uncached", **tokens) == 20
-    cost = value("agentcache_cost_usd_total", provider="anthropic", model="claude-sonnet-4-5", arm="reported")
+    cost = value("agentcache_cost_usd_total", provider="anthropic", model="claude-opus-4-8", arm="reported")
     assert cost == pytest.approx(sum(r.cost_usd for r in reports)) and cost > 0
 
 
@@ -240,7 +240,7 @@ def test_prometheus_sink_counts_events_and_tokens(quiet: None) -> None:
 def test_subagent_reads_the_parents_prefix_in_the_anthropic_simulator(quiet: None) -> None:
     sessions = Sessions(provider="anthropic")
     parent = sessions.session("lead")
-    agentcache_sim, as_sent_sim = AnthropicSimulator("claude-sonnet-4-5"), AnthropicSimulator("claude-sonnet-4-5")
+    agentcache_sim, as_sent_sim = AnthropicSimulator("claude-opus-4-8"), AnthropicSimulator("claude-opus-4-8")
     now = 0.0
     for n in (1, 2, 3):
         t = parent.begin(API, body(n), now=now)

@@ -28,7 +28,7 @@ def req(
     marks: dict[int, str] | None = None,
     *,
     tokens: int = 100,
-    model: str = "claude-sonnet-4-5",
+    model: str = "claude-opus-4-8",
     top: bool = False,
     key: str | None = None,
     empty: set[int] | None = None,
@@ -50,10 +50,10 @@ def test_write_then_read_with_prices() -> None:
     sim = AnthropicSimulator()
     r1 = sim.run(req(20, {19: "5m"}), 0.0)
     assert (r1.usage.cache_read_tokens, r1.usage.cache_write_tokens, r1.usage.uncached_tokens) == (0, 2000, 0)
-    assert r1.usage.cost_usd == pytest.approx(2000 * 3.0 / 1e6 * 1.25)
+    assert r1.usage.cost_usd == pytest.approx(2000 * 5.0 / 1e6 * 1.25)
     r2 = sim.run(req(22, {21: "5m"}), 10.0)
     assert (r2.usage.cache_read_tokens, r2.usage.cache_write_tokens) == (2000, 200)
-    assert r2.usage.cost_usd == pytest.approx((2000 * 0.1 + 200 * 1.25) * 3.0 / 1e6)
+    assert r2.usage.cost_usd == pytest.approx((2000 * 0.1 + 200 * 1.25) * 5.0 / 1e6)
 
 
 def test_lookback_window_is_twenty_blocks() -> None:
@@ -90,12 +90,12 @@ def test_one_hour_ttl_price_and_life() -> None:
     sim = AnthropicSimulator()
     r = sim.run(req(20, {19: "1h"}), 0.0)
     assert r.usage.cache_write_1h_tokens == 2000
-    assert r.usage.cost_usd == pytest.approx(2000 * 2.0 * 3.0 / 1e6)
+    assert r.usage.cost_usd == pytest.approx(2000 * 2.0 * 5.0 / 1e6)
     assert sim.run(req(20, {19: "1h"}), 3000.0).usage.cache_read_tokens == 2000
 
 
 def test_rejections() -> None:
-    rules = anthropic_rules("claude-sonnet-4-5")
+    rules = anthropic_rules("claude-opus-4-8")
     sim = AnthropicSimulator()
     five = sim.run(req(20, {3: "5m", 6: "5m", 9: "5m", 12: "5m", 19: "5m"}), 0.0)
     assert five.rejected and five.loss_cause == C.MARKERS_INVALID
@@ -156,20 +156,24 @@ def test_ideal_reuses_everything_sent_and_writes_only_what_is_read() -> None:
 @pytest.mark.parametrize(
     ("model", "key", "known"),
     [
-        ("claude-opus-4-20250514", "claude-opus-4", True),  # a dated snapshot of a listed model
+        ("claude-opus-4-20250514", "claude-opus-4", True),  # a dated snapshot listed as an alias
         ("claude-opus-4-1-20250805", "claude-opus-4-1", True),
-        ("claude-3-5-sonnet-20241022-v2:0", "claude-3-5-sonnet", True),
-        ("claude-opus-4-8", "claude-sonnet-4-5", False),  # a newer minor version: unknown, not Opus 4's price
-        ("claude-sonnet-5", "claude-sonnet-4-5", False),
+        ("anthropic/claude-opus-4.8", "claude-opus-4-8", True),  # provider prefix and dotted version
+        ("claude-opus-4-8-20261001", "claude-opus-4-8", False),  # a snapshot nobody listed: unknown, default price
+        ("claude-3-5-sonnet-20241022-v2:0", "claude-opus-4-8", False),  # a Bedrock id is not an alias
+        ("claude-opus-4-9", "claude-opus-4-8", False),  # a newer minor version: unknown, not Opus 4's price
+        ("claude-opus-4", "claude-opus-4", True),
     ],
 )
-def test_model_ids_match_whole_versions(model: str, key: str, known: bool) -> None:
+def test_model_ids_match_exact_names_and_aliases(model: str, key: str, known: bool) -> None:
     rules = anthropic_rules(model)
     assert (rules.model, rules.known) == (key, known)
     assert rules.input_usd_per_mtok == anthropic_rules(key).input_usd_per_mtok
 
 
-def test_openai_model_ids_match_whole_versions() -> None:
+def test_openai_model_ids_match_exact_names_and_aliases() -> None:
     assert (openai_rules("gpt-4o-2024-08-06").model, openai_rules("gpt-4o-2024-08-06").known) == ("gpt-4o", True)
     assert openai_rules("gpt-4o-mini").model == "gpt-4o-mini"
-    assert openai_rules("gpt-5-1").known is False  # gpt-5.1 is not gpt-5
+    assert (openai_rules("gpt-4.1").model, openai_rules("gpt-4-1").model) == ("gpt-4.1", "gpt-4.1")
+    assert openai_rules("gpt-5.1").known is False  # gpt-5.1 is not gpt-5
+    assert openai_rules("gpt-5.1").model == "gpt-5.4"  # priced as the documented default

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
 from agentcache import CacheUsage, UsageTotals, cost_usd, normalize_usage
+from agentcache.model._rules import anthropic_rules
 from agentcache.model._usage import TERMINAL_EVENTS, UsageAccumulator, merge_anthropic_usage, read_field
 
 
@@ -36,8 +38,8 @@ def test_anthropic_usage_with_ttl_split() -> None:
     )
     assert (u.uncached_tokens, u.output_tokens, u.source) == (12, 40, "anthropic")
     assert u.hit_rate == pytest.approx(5000 / 5312)
-    # 1.25x for the 5m part, 2x for the 1h part, 0.1x reads, at $3/MTok
-    assert cost_usd(u, "anthropic", "claude-sonnet-4-5") == pytest.approx((12 + 500 + 125 + 400) * 3 / 1e6)
+    # 1.25x for the 5m part, 2x for the 1h part, 0.1x reads, at $5/MTok (Opus 4.8)
+    assert cost_usd(u, "anthropic", "claude-opus-4-8") == pytest.approx((12 + 500 + 125 + 400) * 5 / 1e6)
 
 
 def test_anthropic_nulls_and_llama_cpp_messages_shape() -> None:
@@ -123,7 +125,8 @@ def test_deepseek_hit_and_miss() -> None:
         }
     )
     assert (u.prompt_tokens, u.cache_read_tokens, u.uncached_tokens, u.source) == (1000, 896, 104, "deepseek")
-    assert cost_usd(u, "openai", "deepseek-chat") is None  # not in the price table
+    # not in the price table: priced as the documented default (gpt-5.4: $2.50 input, $0.25 cached)
+    assert cost_usd(u, "openai", "deepseek-chat") == pytest.approx((104 * 2.5 + 896 * 0.25) / 1e6)
 
 
 def test_sdk_objects_are_read_with_model_dump() -> None:
@@ -134,7 +137,7 @@ def test_sdk_objects_are_read_with_model_dump() -> None:
             "id": "m",
             "type": "message",
             "role": "assistant",
-            "model": "claude-sonnet-4-5",
+            "model": "claude-opus-4-8",
             "content": [],
             "stop_reason": "end_turn",
             "stop_sequence": None,
@@ -174,10 +177,20 @@ def test_unreadable_inputs_give_none() -> None:
     assert (odd.prompt_tokens, odd.cache_read_tokens) == (0, 0)
 
 
-def test_unknown_model_has_no_cost_and_totals_count_it() -> None:
+def test_unknown_model_is_priced_as_the_default_and_named_once(caplog: pytest.LogCaptureFixture) -> None:
     u = _u({"usage": {"prompt_tokens": 100, "prompt_tokens_details": {"cached_tokens": 0}}})
-    assert cost_usd(u, "openai", "no-such-model") is None
-    assert cost_usd(u, "anthropic", "claude-unknown") is None
+    with caplog.at_level(logging.WARNING, logger="agentcache"):
+        assert cost_usd(u, "openai", "no-such-model-x") == pytest.approx(100 * 2.5 / 1e6)  # gpt-5.4's price
+        assert cost_usd(u, "openai", "no-such-model-x") == pytest.approx(100 * 2.5 / 1e6)
+        anthropic_rules.cache_clear()  # asked again after the cache forgot it: still named only once
+        assert cost_usd(u, "anthropic", "claude-unknown-x") == pytest.approx(100 * 5.0 / 1e6)  # claude-opus-4-8
+        assert not anthropic_rules("claude-unknown-x").known
+    named = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "model.unknown"]
+    assert [(m["provider"], m["model"], m["priced_as"]) for m in named] == [
+        ("openai", "no-such-model-x", "gpt-5.4"),
+        ("anthropic", "claude-unknown-x", "claude-opus-4-8"),
+    ]
+    assert cost_usd(u, "engine", "anything") is None  # an engine has no prices
     totals = UsageTotals()
     totals.add(u, None)
     totals.add(u, 0.5)
@@ -282,7 +295,7 @@ def test_accumulator_whole_body() -> None:
 def test_accumulator_reads_sdk_event_objects() -> None:
     anthropic = pytest.importorskip("anthropic")
     openai = pytest.importorskip("openai")
-    message = {"id": "m", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": []}
+    message = {"id": "m", "type": "message", "role": "assistant", "model": "claude-opus-4-8", "content": []}
     start = anthropic.types.RawMessageStartEvent.model_validate(
         {
             "type": "message_start",

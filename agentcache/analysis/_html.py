@@ -3,7 +3,8 @@
 One file, no network: the data is embedded as JSON and drawn as inline SVG by a small script, so
 it opens offline in any browser. Sections: totals per arm (stacked cache-read / cache-write /
 uncached tokens, cost), a per-turn chart for the chosen session with one panel per arm, that
-session's breaks and misses, and the TTL policy's choices with their reasons.
+session's breaks and misses, the provider's own miss reasons beside agentcache's causes (when recorded), and
+the TTL policy's choices with their reasons.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ select{font-size:14px}.muted{color:#777}
 <div id="turn-charts"></div>
 <h2>Breaks in this session</h2><div id="breaks"></div>
 <h2>Misses in this session</h2><div id="misses"></div>
+<h2>Provider-reported misses in this session</h2><p id="provider-agreement" class="muted"></p><div id="provider"></div>
 <h2>TTL choices in this session</h2><div id="ttl"></div>
 <script id="audit-data" type="application/json">__DATA__</script>
 <script>
@@ -140,6 +142,13 @@ function show(name) {
   document.getElementById("misses").innerHTML = table(D.misses.filter(m => m.session === name).map(m =>
     [m.request, m.arm, m.cause, fmt(m.tokens_lost), m.rejected ? "yes" : "no", m.where || ""]),
     ["request", "arm", "cause", "tokens lost", "rejected", "where"]);
+  const pd = D.provider_diagnostics;
+  document.getElementById("provider-agreement").textContent = pd.compared ? "agreement " +
+    (100 * pd.agreement).toFixed(1) + "% (" + pd.agree + " of " + pd.compared + " compared)" : "none recorded";
+  document.getElementById("provider").innerHTML = table(pd.misses.filter(m => m.session === name).map(m =>
+    [m.request, m.provider + ": " + m.reason, m.ours || "(none)",
+     m.agrees === null ? "unknown" : (m.agrees ? "yes" : "no")]),
+    ["request", "provider reason", "agentcache cause", "agrees"]);
   document.getElementById("ttl").innerHTML = table(turns.filter(t => t.ttl).map(t =>
     [t.request, t.ttl, t.ttl_reason]), ["request", "ttl", "reason"]);
 }

@@ -1,9 +1,10 @@
 """Human-readable rendering of an :class:`~agentcache.AuditReport` with rich (the default output of
 ``agentcache audit``; ``--json`` prints ``report.to_dict()`` instead).
 
-Sections: a header line, the per-arm totals, the breaks (summarised by cause, then the largest
-individual breaks), the misses grouped by (arm, cause), and the sessions that agentcache saves the most
-on. Numbers are right-aligned with thousands separators.
+Sections: a header line (and a line naming any model the price table does not know), the per-arm totals,
+the breaks (summarised by cause, then the largest individual breaks), the misses grouped by (arm, cause), the
+provider's own miss reasons beside agentcache's causes with their agreement (when the recorded responses carry
+them), and the sessions that agentcache saves the most on. Numbers are right-aligned with thousands separators.
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ._report import ARMS, ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
+from ._report import (
+    ARMS,
+    ArmMetrics,
+    AuditReport,
+    BreakRecord,
+    MissRecord,
+    ModelRecord,
+    ProviderMissRecord,
+    SessionReport,
+    TurnRecord,
+    provider_summary,
+)
 
 __all__ = ["make_console", "render_report"]
 
@@ -68,12 +80,43 @@ def render_report(report: AuditReport, console: Console, max_breaks: int = 20, t
         f"[bold]agentcache audit[/bold]: provider [cyan]{report.provider}[/cyan], model [cyan]{report.model}[/cyan], "
         f"{_plural(len(report.sessions), 'session')}, {_plural(requests, 'request')}"
     )
+    _render_unknown_models(report.models, console)
     console.print(_totals_table(report.totals))
     _render_breaks(report.breaks, console, max_breaks)
     _render_misses(report.misses, console)
+    _render_provider(report.provider_misses, console)
     _render_ttl(report.turns, console)
     if report.sessions:
         console.print(_sessions_table(report.sessions, top_sessions))
+
+
+def _render_unknown_models(models: list[ModelRecord], console: Console) -> None:
+    """One line per model the price table does not know (``known: false``), with the price it got instead."""
+    for m in models:
+        if not m.known:
+            console.print(
+                f"[yellow]unknown {m.provider} model[/yellow] {m.model or '(none)'!s} "
+                f"({_plural(m.requests, 'request')}): priced as {m.priced_as}"
+            )
+
+
+def _render_provider(misses: list[ProviderMissRecord], console: Console) -> None:
+    """The provider's miss reasons against agentcache's causes: one row per (reason, ours) pair, and the
+    agreement over the misses the provider could compare."""
+    if not misses:
+        return
+    summary = provider_summary(misses)
+    rate = summary["agreement"]
+    title = f"Provider-reported misses (agreement {_pct(rate) if rate is not None else 'n/a'}, "
+    title += f"{summary['agree']} of {summary['compared']} compared)"
+    table = _table(title, ["provider reason", "agentcache cause", ">requests", "agrees"])
+    groups: dict[tuple[str, str, str], int] = defaultdict(int)
+    for m in misses:
+        agrees = "unknown" if m.agrees is None else ("yes" if m.agrees else "no")
+        groups[(f"{m.provider}: {m.reason}", m.ours or "(none)", agrees)] += 1
+    for (reason, ours, agrees), n in sorted(groups.items(), key=lambda kv: -kv[1]):
+        table.add_row(reason, ours, _int(n), agrees)
+    console.print(table)
 
 
 def _totals_table(totals: dict[str, ArmMetrics]) -> Table:

@@ -1,8 +1,12 @@
 """Audit report types and their JSON schema (documented in README.md, "Audit JSON").
 
 ``{"provider", "model", "totals": {ARM: METRICS}, "sessions": [{"session", "requests",
-"arms": {ARM: METRICS}}], "breaks": [BREAK], "misses": [MISS]}`` where METRICS is
-``{requests, prompt_tokens, cache_read_tokens, cache_write_tokens, uncached_tokens, hit_rate, cost_usd}``.
+"arms": {ARM: METRICS}}], "breaks": [BREAK], "misses": [MISS], "models": [MODEL],
+"provider_diagnostics": {"compared", "agree", "agreement", "misses": [PROVIDER_MISS]}}`` where METRICS is
+``{requests, prompt_tokens, cache_read_tokens, cache_write_tokens, uncached_tokens, hit_rate, cost_usd}``,
+MODEL ``{provider, model, known, priced_as, requests}`` (``known: false``: not in the price table, priced as
+``priced_as``, the provider's default) and PROVIDER_MISS ``{session, request, provider, reason, missed_tokens,
+ours, agrees}`` (:class:`ProviderMissRecord`).
 """
 
 from __future__ import annotations
@@ -80,6 +84,56 @@ class MissRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelRecord:
+    """A model the audited requests named: ``known`` when the price table has it (an id or listed alias), else
+    priced as ``priced_as`` (the provider's default model); ``requests`` that named it."""
+
+    provider: str
+    model: str
+    known: bool
+    priced_as: str
+    requests: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderMissRecord:
+    """A request the provider diagnosed as a cache miss, or agentcache did (a break): the provider's ``reason``
+    (:mod:`agentcache.model._provider`) and its ``missed_tokens`` estimate, agentcache's cause for the same pair of
+    requests (``ours``; None: it extended the one before) and whether the two ``agrees`` (None: the provider could
+    not compare)."""
+
+    session: str
+    request: int
+    provider: str
+    reason: str
+    missed_tokens: int | None
+    ours: str | None
+    agrees: bool | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object."""
+        return asdict(self)
+
+
+def provider_summary(misses: list[ProviderMissRecord]) -> dict[str, Any]:
+    """The ``provider_diagnostics`` object: ``compared`` (misses where the provider could compare), ``agree``
+    (of those, where its reason names agentcache's cause), ``agreement`` (agree / compared; None when nothing was
+    compared) and the ``misses``."""
+    compared = [m for m in misses if m.agrees is not None]
+    agree = sum(1 for m in compared if m.agrees)
+    return {
+        "compared": len(compared),
+        "agree": agree,
+        "agreement": round(agree / len(compared), 6) if compared else None,
+        "misses": [m.to_dict() for m in misses],
+    }
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRecord:
     """One request of one session as each arm saw it (for per-turn charts and tests; not part of the
     JSON document). ``repairs``: the causes the ``agentcache`` arm repaired on this request;
@@ -124,6 +178,8 @@ class AuditReport:
     misses: list[MissRecord]
     turns: list[TurnRecord] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
+    models: list[ModelRecord] = field(default_factory=list)
+    provider_misses: list[ProviderMissRecord] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document, with exactly the documented top-level keys."""
@@ -134,4 +190,6 @@ class AuditReport:
             "sessions": [s.to_dict() for s in self.sessions],
             "breaks": [b.to_dict() for b in self.breaks],
             "misses": [m.to_dict() for m in self.misses],
+            "models": [m.to_dict() for m in self.models],
+            "provider_diagnostics": provider_summary(self.provider_misses),
         }

@@ -1,7 +1,8 @@
 """JSONL request logs.
 
 Shape: one JSON object per line, ``{"session": str, "api": one of APIS, "at"?: number, "body": {...},
-"usage"?: {...}}``. Lines are split on newlines only (JSON strings may hold U+2028); blank lines are
+"usage"?: {...}, "response"?: {...}}`` (``response``: the whole response object; its ``usage`` is the record's
+usage when ``usage`` is absent). Lines are split on newlines only (JSON strings may hold U+2028); blank lines are
 skipped. A malformed line (invalid JSON, nested too deeply, a lone surrogate, a wrong shape; or anything that
 makes reading it fail) becomes an :class:`InputError` with ``record`` = its 0-based line index (also the
 record's ``index``); the other lines still load. Sessions are prefixed with the file stem:
@@ -42,6 +43,11 @@ def parse_line(path: Path, line: str, index: int) -> Record:
         raise ValueError("'at' must be a number")
     if usage is not None and not isinstance(usage, dict):
         raise ValueError("'usage' must be an object")
+    response = obj.get("response")
+    if response is not None and not isinstance(response, dict):
+        raise ValueError("'response' must be an object")
+    if usage is None and response is not None and isinstance(response.get("usage"), dict):
+        usage = response["usage"]
     return Record(
         session=session_id(path, session),
         api=str(api),
@@ -50,6 +56,7 @@ def parse_line(path: Path, line: str, index: int) -> Record:
         usage=usage,
         source=str(path),
         index=index,
+        response=response,
     )
 
 

@@ -17,8 +17,9 @@ class Record:
     ``api``: the wire format of ``body``. ``body``: the request body exactly as sent (dict, key order
     preserved). ``at``: seconds since the first request of the file, or None when not recorded
     (records are then replayed in file order). ``usage``: the provider's recorded usage object for this
-    request, as it appeared on the wire, or None. ``source``/``index``: file path and 0-based record
-    index within it, for error messages.
+    request, as it appeared on the wire, or None. ``response``: the whole recorded response object (its ``id``,
+    ``usage`` and the provider's cache diagnostics, when recorded), or None. ``source``/``index``: file path
+    and 0-based record index within it, for error messages.
     """
 
     session: str
@@ -29,3 +30,4 @@ class Record:
     source: str = ""
     index: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    response: dict[str, Any] | None = None

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from ._canonical import CanonicalRequest, static_end
+from ._provider import ProviderMiss
 from ._usage import CacheUsage
 
 __all__ = [
@@ -106,8 +107,9 @@ class StorageTier:
 class TurnReport:
     """One wrapped request: the four fields, normalised ``usage`` (None when the response carried
     none), its input-side ``cost_usd`` (None when unknown), the causes agentcache ``repairs``-ed, the
-    block paths given a cache marker (``markers``), ``api``/``model``, and ``duration_s`` from send to
-    the end of the response (or stream)."""
+    block paths given a cache marker (``markers``), ``api``/``model``, ``duration_s`` from send to
+    the end of the response (or stream), and ``provider_miss``: the provider's own cache-miss reason beside
+    agentcache's cause, when the response carried one (setting ``provider_diagnostics``, or recorded traffic)."""
 
     api: str
     model: str
@@ -120,6 +122,7 @@ class TurnReport:
     repairs: tuple[str, ...] = ()
     markers: tuple[str, ...] = ()
     duration_s: float | None = None
+    provider_miss: ProviderMiss | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (no prompt text)."""

@@ -34,6 +34,11 @@ class WirePlan:
     ``marked``: the message indices (after replace) whose units may carry a marker before the markers are
     written, when known (the marker writer then visits only those and the ones ``markers`` names, instead of
     every message); None: visit every message.
+    ``diagnostics``: ask the provider why this request missed its cache, against the response id given (None: opt
+    in without one, on a session's first request), or KEEP. The adapter writes it where the API takes it
+    (Anthropic ``diagnostics.previous_message_id``, OpenAI Responses ``prompt_cache_options.
+    comparison_response_id``) unless the client set that field itself. ``headers``: ``(name, value)`` headers
+    the door adds to the request (a value joins the client's own comma-separated list, as ``anthropic-beta``).
     """
 
     replace: Mapping[str, Any] = field(default_factory=dict)
@@ -42,6 +47,8 @@ class WirePlan:
     markers: tuple[tuple[str, MarkerSpec], ...] | None = None
     top_marker: bool | None = None
     marked: frozenset[int] | None = None
+    diagnostics: Any = KEEP
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -52,6 +59,8 @@ class WirePlan:
             and self.cache_key is KEEP
             and self.markers is None
             and self.top_marker is None
+            and self.diagnostics is KEEP
+            and not self.headers
         )
 
     def merged(self, other: WirePlan) -> WirePlan:
@@ -67,4 +76,6 @@ class WirePlan:
             other.markers if other.markers is not None else self.markers,
             other.top_marker if other.top_marker is not None else self.top_marker,
             other.marked if other.marked is not None else self.marked,
+            other.diagnostics if other.diagnostics is not KEEP else self.diagnostics,
+            (*self.headers, *other.headers),
         )

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
+
+from ._provider import ProviderDiagnosis, read_diagnosis
 
 __all__ = [
     "TERMINAL_EVENTS",
@@ -57,7 +59,9 @@ class CacheUsage:
     ``cache_write_1h_tokens`` with a 1h TTL. ``uncached_tokens``: processed without the cache.
     ``output_tokens``: generated tokens, None when not reported. ``tiers``: where the read tokens
     lived, per engine tier (SGLang ``device``/``host``/``storage``), empty when not reported.
-    ``source``: the format read (see the module docstring).
+    ``source``: the format read (see the module docstring). ``response_id``: the response's ``id`` (Anthropic
+    ``msg_...``, OpenAI Responses ``resp_...``) when the whole response was read, else None. ``diagnosis``: the
+    provider's own cache-miss diagnosis in the response (:mod:`agentcache.model._provider`), None when absent.
     """
 
     prompt_tokens: int
@@ -68,6 +72,8 @@ class CacheUsage:
     cache_write_1h_tokens: int = 0
     output_tokens: int | None = None
     tiers: Mapping[str, int] = field(default_factory=dict)
+    response_id: str | None = None
+    diagnosis: ProviderDiagnosis | None = None
 
     @property
     def hit_rate(self) -> float:
@@ -87,6 +93,10 @@ class CacheUsage:
         }
         if self.tiers:
             out["tiers"] = dict(self.tiers)
+        if self.response_id is not None:
+            out["response_id"] = self.response_id
+        if self.diagnosis is not None:
+            out["diagnosis"] = {"provider": self.diagnosis.provider, "reason": self.diagnosis.reason}
         return out
 
 
@@ -228,8 +238,27 @@ def normalize_usage(data: Any, api: str | None = None) -> CacheUsage | None:
     ``data``: a dict or SDK object (a whole response, a ``usage`` object, an SGLang ``meta_info``,
     or llama.cpp ``timings``). ``api``: ``anthropic.messages``, ``openai.chat`` or
     ``openai.responses`` when known; it settles the one ambiguous shape (``input_tokens`` alone).
-    Returns None when no usage is present. Never raises on odd input.
+    Returns None when no usage is present. A whole response also gives its ``id`` (``response_id``) and the
+    provider's cache-miss ``diagnosis`` (Anthropic ``diagnostics``, OpenAI ``prompt_cache_diagnostics``). Never
+    raises on odd input.
     """
+    usage = _normalize(data, api)
+    if usage is None:
+        return None
+    top = as_dict(data) if isinstance(data, Mapping) or hasattr(data, "model_dump") else None
+    if top is None or "usage" not in top:
+        return usage
+    rid = top.get("id")
+    try:
+        diagnosis = read_diagnosis(top)
+    except Exception:  # an odd diagnostics shape carries no diagnosis
+        diagnosis = None
+    if isinstance(rid, str) or diagnosis is not None:
+        usage = replace(usage, response_id=rid if isinstance(rid, str) else None, diagnosis=diagnosis)
+    return usage
+
+
+def _normalize(data: Any, api: str | None) -> CacheUsage | None:
     if data is None:
         return None
     meta = as_dict(read_field(data, "meta_info"))
@@ -307,7 +336,19 @@ class UsageAccumulator:
     #: An SSE ``data:`` payload without one of these cannot carry usage: a framing need not parse it.
     SSE_USAGE_MARKERS: ClassVar[tuple[bytes, ...]] = (b'"usage"', b'"timings"')
 
-    __slots__ = ("_body", "_has_body", "_meta", "_terminal", "_timings", "_usage", "api", "ended", "sse_end_markers")
+    __slots__ = (
+        "_body",
+        "_diag",
+        "_has_body",
+        "_id",
+        "_meta",
+        "_terminal",
+        "_timings",
+        "_usage",
+        "api",
+        "ended",
+        "sse_end_markers",
+    )
 
     def __init__(self, api: str) -> None:
         self.api = api
@@ -322,6 +363,8 @@ class UsageAccumulator:
         self._meta: dict[str, Any] | None = None
         self._body: Any = None
         self._has_body = False
+        self._id: str | None = None  # the response id (Anthropic message_start, Responses events)
+        self._diag: dict[str, Any] = {}  # the provider's diagnostics fields, as sent
 
     def end(self) -> None:
         """Mark the terminal event seen (for a framing that spots it without parsing it)."""
@@ -341,11 +384,16 @@ class UsageAccumulator:
             self.ended = True
         if self.api == "anthropic.messages":
             if kind == "message_start":
-                self._usage = merge_anthropic_usage(None, read_field(read_field(event, "message"), "usage"))
+                message = read_field(event, "message")
+                self._usage = merge_anthropic_usage(None, read_field(message, "usage"))
+                self._note(message, "diagnostics")
             elif kind == "message_delta":
                 self._usage = merge_anthropic_usage(self._usage, read_field(event, "usage"))
+                self._note(event, "diagnostics")
         elif self.api == "openai.responses":
-            self._usage = as_dict(read_field(read_field(event, "response"), "usage")) or self._usage
+            response = read_field(event, "response")
+            self._usage = as_dict(read_field(response, "usage")) or self._usage
+            self._note(response, "prompt_cache_diagnostics")
         else:  # most chunks carry none of the three
             if (usage := read_field(event, "usage")) is not None:
                 self._usage = as_dict(usage) or self._usage
@@ -353,6 +401,17 @@ class UsageAccumulator:
                 self._timings = as_dict(timings) or self._timings
             if (meta := read_field(event, "meta_info")) is not None:
                 self._meta = as_dict(meta) or self._meta
+
+    def _note(self, obj: Any, key: str) -> None:
+        """Keep ``obj``'s ``id`` and diagnostics field ``key`` (when it carries one)."""
+        if obj is None:
+            return
+        rid = read_field(obj, "id")
+        if isinstance(rid, str):
+            self._id = rid
+        diag = read_field(obj, key)
+        if diag is not None:
+            self._diag[key] = as_dict(diag) or diag
 
     def add_body(self, body: Any) -> None:
         """Take a whole non-streamed response body (a dict or SDK object); it replaces any events."""
@@ -365,7 +424,11 @@ class UsageAccumulator:
             if self._has_body:
                 return normalize_usage(self._body, self.api)
             parts = {"usage": self._usage, "timings": self._timings, "meta_info": self._meta}
-            doc = {k: v for k, v in parts.items() if v is not None}
-            return normalize_usage(doc, self.api) if doc else None
+            doc: dict[str, Any] = {k: v for k, v in parts.items() if v is not None}
+            if not doc:
+                return None
+            if self._usage is not None:
+                doc.update(self._diag, **({"id": self._id} if self._id is not None else {}))
+            return normalize_usage(doc, self.api)
         except Exception:  # never raises
             return None

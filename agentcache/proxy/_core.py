@@ -30,7 +30,7 @@ from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
 from ._errors import Style, style_for
-from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers
+from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
 from ._sessions import header_value, identity_of, tenant_of
 from ._state import ProxyState
 
@@ -105,6 +105,8 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         except Exception as exc:
             state.fail_open("prepare", exc)
     headers = request_headers(request.headers.raw, pipeline=True)
+    if turn is not None and turn.prepared.headers:  # planned headers (provider diagnostics' beta header)
+        headers = with_raw_headers(headers, turn.prepared.headers)
     req = state.client.build_request(request.method, state.url(request), headers=headers, content=content)
     started = time.perf_counter()
     upstream = await state.send(req, route, style)

@@ -36,6 +36,7 @@ __all__ = [
     "UsageTap",
     "request_headers",
     "response_headers",
+    "with_raw_headers",
 ]
 
 #: Connection-level headers (RFC 9110 §7.6.1) that a proxy never forwards.
@@ -77,6 +78,20 @@ def request_headers(raw: Iterable[tuple[bytes, bytes]], *, pipeline: bool) -> li
                 continue
             value = ",".join(kept).strip().encode("latin-1")
         out.append((name, value))
+    return out
+
+
+def with_raw_headers(raw: list[tuple[bytes, bytes]], add: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """``raw`` headers with the pipeline's planned ``add`` headers: a value joins the client's comma-separated list
+    of the same name (``anthropic-beta``) unless already in it."""
+    out = list(raw)
+    for name, value in add:
+        key, val = name.lower().encode(), value.encode()
+        i = next((j for j, (k, _) in enumerate(out) if k.lower() == key), None)
+        if i is None:
+            out.append((key, val))
+        elif val not in [v.strip() for v in out[i][1].split(b",")]:
+            out[i] = (out[i][0], out[i][1] + b"," + val)
     return out
 
 

@@ -2,8 +2,8 @@
 
 The same per-arm :class:`~agentcache.analysis.Ledger` as ``agentcache audit``, per session and in total:
 
-* ``reported``: the usage the upstream reported for each request, priced by the session's target (an engine or
-  an unknown model costs 0);
+* ``reported``: the usage the upstream reported for each request, priced by the session's target (an engine
+  costs 0; a model the price table does not know is priced as the provider's default model);
 * ``as_sent`` and ``agentcache`` (when ``simulate`` is on): the target's simulator replaying the client's original
   requests and the requests agentcache sent, through one shared simulated cache per tenant and target. Their
   difference is the money agentcache saved; the ``agentcache_saved_usd`` gauge follows it.

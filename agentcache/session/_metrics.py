@@ -23,6 +23,10 @@ metric (namespace ``agentcache``)       labels / meaning
 ``agentcache_breaks_total``             ``provider``, ``cause``, ``repaired`` (ledger)
 ``agentcache_misses_total``             ``provider``, ``arm``, ``cause`` (simulated; ledger)
 ``agentcache_saved_usd``                USD saved: simulated ``as_sent`` − ``agentcache`` (ledger)
+``agentcache_provider_miss_reasons_``   ``provider``, ``reason`` (the provider's own cache-miss reason:
+``total``                               :mod:`agentcache.model._provider`; ``other`` if undocumented),
+                                        ``agrees`` (``true``/``false`` with agentcache's cause for the same
+                                        requests, ``unknown`` when the provider could not compare); events
 ======================================  ====================================================================
 
 Token ``source`` values: ``turn`` is a committed turn, counted from its ``turn`` event. It is the only value a
@@ -53,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._exceptions import ConfigError
 from ..model._fields import EVENTS, LifecycleEvent
+from ..model._provider import reason_label
 from ..model._rules import anthropic_rules, openai_rules
 from ..model._types import Api
 from ..model._usage import CacheUsage
@@ -118,6 +123,13 @@ class PrometheusSink:
         self.misses = counter(
             "misses", "Cache-mechanics misses (simulated)", ["provider", "arm", "cause"], namespace=ns, registry=reg
         )
+        self.provider_reasons = counter(
+            "provider_miss_reasons",
+            "Provider-reported cache-miss reasons, and whether agentcache's own cause agrees",
+            ["provider", "reason", "agrees"],
+            namespace=ns,
+            registry=reg,
+        )
         self.saved = prometheus.Gauge(
             "saved_usd", "USD saved: simulated as_sent minus agentcache", namespace=ns, registry=reg
         )
@@ -128,7 +140,12 @@ class PrometheusSink:
         """Count ``event``; for a turn, also its usage (``source="turn"``) and its cost (``arm="reported"``)."""
         self.events.labels(event=event.event).inc()
         report = event.report
-        if report is None or report.usage is None:
+        if report is None:
+            return
+        if (miss := report.provider_miss) is not None:
+            agrees = "unknown" if miss.agrees is None else str(miss.agrees).lower()
+            self.provider_reasons.labels(miss.provider, reason_label(miss.provider, miss.reason), agrees).inc()
+        if report.usage is None:
             return
         provider = provider_label(report.api, report.storage_tier.kind == "engine")
         self.count_tokens(provider, report.model, report.usage, "turn")

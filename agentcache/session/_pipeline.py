@@ -35,7 +35,7 @@ from ..targets import PlanInput, Target, TargetPlan, target_named
 from ._snapshot import restore, snapshot
 from ._state import Learned, PipelineState
 
-__all__ = ["Learned", "PipelineState", "Prepared", "ScopeMemory", "SessionPipeline"]
+__all__ = ["Learned", "PipelineState", "Prepared", "ScopeMemory", "SessionPipeline", "with_headers"]
 
 
 @dataclass(slots=True)
@@ -69,7 +69,9 @@ class Prepared:
     (None for the first). ``repairs``: the causes repaired. ``markers``: block paths given a marker, with the
     reason for each in ``marker_reasons``. ``ttl``: the TTL decision (Anthropic), else None. ``at``: the
     request's time (seconds; None when unknown). ``plan``: the target's decisions. ``state``: the session's
-    state once this request was sent (installed by :meth:`SessionPipeline.commit`).
+    state once this request was sent (installed by :meth:`SessionPipeline.commit`). ``headers``: the
+    ``(name, value)`` headers the door adds when it sends ``body`` (:func:`with_headers`). ``diagnosed``: the
+    request asks the provider to compare it with the session's last response (setting ``provider_diagnostics``).
     """
 
     body: dict[str, Any]
@@ -84,6 +86,8 @@ class Prepared:
     at: float | None
     plan: TargetPlan
     state: PipelineState
+    headers: tuple[tuple[str, str], ...] = ()
+    diagnosed: bool = False
 
 
 def _tool_names(req: CanonicalRequest) -> frozenset[str]:
@@ -192,9 +196,10 @@ class SessionPipeline:
             self.lineage,
             self.scope.keys,
             bool(repair.plan.replace) or repair.plan.tool_order is not None,
+            st.response_id,
         )
         tplan = self.target.plan(inp)
-        plan = repair.plan.merged(tplan.wire)
+        plan = repair.plan.merged(tplan.wire).merged(self.target.diagnostics(inp))
         if plan.markers is not None:
             marked = {m for i in rep.marked if (m := rep.blocks[i].message) is not None}
             plan = replace(plan, marked=frozenset(marked) | _replaced(repair))
@@ -223,6 +228,8 @@ class SessionPipeline:
             now,
             tplan,
             state,
+            plan.headers,
+            isinstance(plan.diagnostics, str),
         )
 
     def _planned(self, api: Api, rep: CanonicalRequest, tplan: TargetPlan) -> CanonicalRequest:
@@ -241,6 +248,12 @@ class SessionPipeline:
             if blocks[i].data[:1] == b'"':
                 blocks[i] = reshaped(api, blocks[i], marker)
         return rebuild(planned, blocks, (rep,))
+
+    def responded(self, prepared: Prepared, response_id: str) -> None:
+        """The response to ``prepared`` (committed) arrived with ``response_id``: the next request is compared with
+        it (provider diagnostics). Ignored when another request was committed since."""
+        if self.state is prepared.state:
+            self.state = replace(prepared.state, response_id=response_id)
 
     def commit(self, prepared: Prepared) -> None:
         """Record ``prepared`` as sent: the session's state becomes ``prepared.state``."""
@@ -281,6 +294,18 @@ class SessionPipeline:
     def keep_warm_body(self) -> dict[str, Any] | None:
         """The last sent request as a prefill-only keep-warm request, or None (nothing sent, or not possible)."""
         return self.target.keep_warm_body(self.state.sent.body) if self.state.sent is not None else None
+
+
+def with_headers(headers: Mapping[str, str] | None, add: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """``headers`` (any mapping; names compared case-insensitively) with the planned ``add`` headers: a value
+    joins an existing comma-separated list (``anthropic-beta``) unless it is already in it."""
+    out = dict(headers or {})
+    for name, value in add:
+        key = next((k for k in out if k.lower() == name.lower()), name)
+        have = [v.strip() for v in str(out.get(key, "")).split(",") if v.strip()]
+        if value not in have:
+            out[key] = ",".join([*have, value])
+    return out
 
 
 def _replaced(repair: RepairPlan) -> frozenset[int]:

@@ -120,6 +120,12 @@ class Session:
         self.last_active = now
         self.entries, self.size = (), 0
 
+    def responded(self, turn: Turn, response_id: str) -> None:
+        """Committed ``turn``'s response arrived with ``response_id`` (provider diagnostics compare the next request
+        with it); ignored when the turn is no longer the session's last."""
+        if self._pipeline is not None and turn.generation == self.generation:
+            self._pipeline.responded(turn.prepared, response_id)
+
     def retire(self, reason: str) -> None:
         """Mark the generation closed and free its pipeline (the bulk of a session's memory)."""
         self.closed, self.close_reason = True, reason

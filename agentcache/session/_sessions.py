@@ -335,6 +335,8 @@ class Sessions(Manager):
             current = not sess.closed and sess.generation == turn.generation
             if current:
                 sess.last_report = report
+                if usage is not None and usage.response_id is not None:
+                    sess.responded(turn, usage.response_id)
             if usage is not None:
                 sess.totals.add(usage, report.cost_usd)
                 self._lineage(sess.lineage).totals.add(usage, report.cost_usd)

@@ -44,6 +44,7 @@ def snapshot(st: PipelineState, target: Target) -> dict[str, Any]:
         tools=list(st.tools.units.values()),
         tool_order=list(st.tools.order),
         routing_key=st.routing_key,
+        response_id=st.response_id,
         times=list(st.times),
         timed=st.timed,
         learned=[list(st.learned.edit_points), st.learned.ephemeral_tail, st.learned.rewrite_at],
@@ -95,4 +96,5 @@ def restore(pipe: SessionPipeline, doc: Mapping[str, Any]) -> None:
         bool(doc.get("timed", True)),
         Learned(tuple(int(e) for e in edits), int(tail), None if rewrite is None else int(rewrite)),
         VolatileMemory(frozenset(patterns), tuple(tuple(x) for x in lines), {int(k): str(v) for k, v in moved}),
+        doc.get("response_id") if isinstance(doc.get("response_id"), str) else None,
     )

@@ -30,7 +30,9 @@ class PipelineState:
     ``client_body``: the client's own last body when it differs from ``sent.body``; ``tools``: tool definitions
     by meaning and the order sent; ``routing_key``: the ``prompt_cache_key`` agentcache chose; ``times``: the
     last 32 request times (seconds), ``timed`` False once one came without a time; ``learned``: client habits;
-    ``volatile``: system lines seen changing (setting ``move_volatile``)."""
+    ``volatile``: system lines seen changing (setting ``move_volatile``); ``response_id``: the id of the response
+    to the last sent request, once it arrived (setting ``provider_diagnostics`` compares the next request with
+    it)."""
 
     sent: Sent | None = None
     client_body: Mapping[str, Any] | None = None
@@ -40,3 +42,4 @@ class PipelineState:
     timed: bool = True
     learned: Learned = field(default_factory=Learned)
     volatile: VolatileMemory = field(default_factory=VolatileMemory)
+    response_id: str | None = None

@@ -21,8 +21,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..model._canonical import common_prefix
+from ..analysis._diagnose import diagnose
+from ..model._canonical import CanonicalRequest, common_prefix
 from ..model._fields import PrefixIdentity, ReuseBoundary, SessionSignal, TurnReport
+from ..model._provider import ProviderDiagnosis, ProviderMiss, compare
 from ..model._types import Api
 from ..model._usage import CacheUsage
 from ._identity import NO_CHECKPOINTS, Checkpoints
@@ -131,4 +133,25 @@ def build_report(turn: Turn, usage: CacheUsage | None, duration: float | None) -
         prep.repairs,
         prep.markers,
         duration if duration is not None else time.monotonic() - turn.started,
+        provider_miss(usage, prep.diagnosed, before, planned, target.name),
     )
+
+
+def provider_miss(
+    usage: CacheUsage | None,
+    asked: bool,
+    before: CanonicalRequest | None,
+    planned: CanonicalRequest,
+    provider: str,
+) -> ProviderMiss | None:
+    """The provider's diagnosis in ``usage`` beside agentcache's cause for the same pair of requests: what was
+    sent (``planned``) against what the session sent before (``before``), as the provider compares them. A
+    request that ``asked`` for Anthropic diagnostics and got none back had no divergence (``none``). None when
+    there is no diagnosis."""
+    diagnosis = usage.diagnosis if usage is not None else None
+    if diagnosis is None and asked and provider == "anthropic" and usage is not None:
+        diagnosis = ProviderDiagnosis("anthropic", "none")
+    if diagnosis is None:
+        return None
+    ours = diagnose(before, planned).cause if before is not None else None
+    return compare(diagnosis, str(ours) if ours is not None else None)

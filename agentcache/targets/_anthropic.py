@@ -15,6 +15,7 @@ from typing import Any
 from ..model._canonical import CanonicalRequest, common_prefix
 from ..model._fields import StorageTier
 from ..model._plan import WirePlan
+from ..model._provider import ANTHROPIC_BETA
 from ..model._rules import anthropic_rules
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
@@ -59,16 +60,23 @@ class AnthropicTarget(Target):
             reshapes = any(rep.blocks[i].data[:1] == b'"' for i in bp.markers)
         return TargetPlan(wire, bp.markers, bp.top, paths, reasons, ttl, reshapes)
 
+    def diagnostics(self, inp: PlanInput) -> WirePlan:
+        """Anthropic cache diagnostics (platform.claude.com/docs/en/build-with-claude/cache-diagnostics):
+        ``diagnostics.previous_message_id`` = the session's last response id (null on its first request, which
+        opts in), and the ``anthropic-beta: cache-diagnosis-2026-04-07`` header. Messages API only."""
+        if not inp.settings.provider_diagnostics or inp.api != Api.ANTHROPIC_MESSAGES:
+            return WirePlan()
+        return WirePlan(diagnostics=inp.previous_response, headers=(("anthropic-beta", ANTHROPIC_BETA),))
+
     def storage_tier(self, plan: TargetPlan, planned: CanonicalRequest, usage: CacheUsage | None) -> StorageTier:
         """Provider storage; the TTL of the entries the request writes (None when it places no marker)."""
         tiers = dict(usage.tiers) if usage is not None else {}
         return StorageTier("provider", plan.ttl.ttl if plan.ttl is not None and plan.paths else None, tiers)
 
     def cost(self, usage: CacheUsage, model: str | None) -> float | None:
-        """Input-side USD: uncached at the base price, reads at 0.1×, 5m writes at 1.25×, 1h writes at 2×."""
+        """Input-side USD: uncached at the base price, reads and 5m/1h writes at the model's cache prices (0.1×,
+        1.25×, 2× unless its row says otherwise). An unknown model is priced as the table's default model."""
         rules = anthropic_rules(self.model or model)
-        if not rules.known:
-            return None
         w5 = usage.cache_write_tokens - usage.cache_write_1h_tokens
         return rules.cost(usage.uncached_tokens, usage.cache_read_tokens, w5, usage.cache_write_1h_tokens)
 

@@ -35,7 +35,8 @@ class PlanInput:
     unknown). ``ephemeral_tail``/``rewrite_at``: what the session's history says about its client
     (:class:`~agentcache.policies.PlanHints`). ``routing_key``: the key the session (or its lineage) already
     carries. ``keys``: the cache scope's key planner. ``repaired``: the repairs re-sent an earlier form of some
-    unit (so markers must be written even where the target adds none)."""
+    unit (so markers must be written even where the target adds none). ``previous_response``: the id of the
+    response to the session's last request, when it arrived (for provider diagnostics)."""
 
     api: Api
     request: CanonicalRequest
@@ -50,6 +51,7 @@ class PlanInput:
     lineage: str = ""
     keys: KeyPlanner | None = None
     repaired: bool = False
+    previous_response: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +99,14 @@ class Target(ABC):
     def storage_tier(self, plan: TargetPlan, planned: CanonicalRequest, usage: CacheUsage | None) -> StorageTier:
         """Where the reused prefix of a request planned with ``plan`` lives, and for how long."""
 
+    def diagnostics(self, inp: PlanInput) -> WirePlan:
+        """The request edit that asks the provider why the request missed its cache (setting
+        ``provider_diagnostics``), or an empty plan when the target has no such feature."""
+        return WirePlan()
+
     def cost(self, usage: CacheUsage, model: str | None) -> float | None:
-        """Input-side USD of reported ``usage`` for ``model``; None when unknown (an engine, an unpriced model)."""
+        """Input-side USD of reported ``usage`` for ``model``; None when unpriced (an engine). A provider prices a
+        model its table does not know as its default model (``agentcache/data/models.toml``)."""
         return None
 
     def simulator(self, model: str | None = None) -> Simulator | None:

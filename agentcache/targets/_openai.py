@@ -62,16 +62,29 @@ class OpenAITarget(Target):
         reshapes = any(rep.blocks[i].data[:1] == b'"' for i in bp.markers)
         return TargetPlan(wire, bp.markers, None, paths, reasons, None, reshapes, key, family)
 
+    def diagnostics(self, inp: PlanInput) -> WirePlan:
+        """OpenAI prompt cache diagnostics (developers.openai.com/api/docs/guides/prompt-caching/diagnostics):
+        ``prompt_cache_options.comparison_response_id`` = the session's last response id. Responses API, on
+        models that take ``prompt_cache_options`` (gpt-5.6 and later), once a previous response is known."""
+        rules = openai_rules(self.model or inp.request.model)
+        if (
+            not inp.settings.provider_diagnostics
+            or inp.api != Api.OPENAI_RESPONSES
+            or not rules.breakpoints
+            or inp.previous_response is None
+        ):
+            return WirePlan()
+        return WirePlan(diagnostics=inp.previous_response)
+
     def storage_tier(self, plan: TargetPlan, planned: CanonicalRequest, usage: CacheUsage | None) -> StorageTier:
         """Provider storage; the requested retention (``prompt_cache_options``), else ``in_memory``."""
         tiers = dict(usage.tiers) if usage is not None else {}
         return StorageTier("provider", planned.retention or "in_memory", tiers)
 
     def cost(self, usage: CacheUsage, model: str | None) -> float | None:
-        """Input-side USD: uncached (and written) tokens at the input price, cached ones at the cached price."""
+        """Input-side USD: uncached (and written) tokens at the input price, cached ones at the cached price. An
+        unknown model is priced as the table's default model."""
         rules = openai_rules(self.model or model)
-        if not rules.known:
-            return None
         return rules.cost(usage.uncached_tokens + usage.cache_write_tokens, usage.cache_read_tokens)
 
     def simulator(self, model: str | None = None) -> Simulator:

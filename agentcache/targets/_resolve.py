@@ -75,8 +75,8 @@ def resolve_target(
 def cost_usd(usage: CacheUsage, provider: str | None, model: str | None) -> float | None:
     """Input-side USD of reported ``usage`` on ``provider`` (a target name) for ``model``: the target's own
     price (:meth:`Target.cost`; Anthropic writes at 1.25× (5m) or 2× (1h) and reads at 0.1× the base input
-    price, OpenAI cached tokens at the model's cached price, from ``agentcache/data/models.toml``). None for an
-    engine, an unknown provider, or a model the price table does not know."""
+    price, OpenAI cached tokens at the model's cached price, from ``agentcache/data/models.toml``; a model the
+    table does not know at the default model's prices). None for an engine or an unknown provider."""
     if provider is None:
         return None
     try:
