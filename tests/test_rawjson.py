@@ -12,14 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentcache.model._rawjson import dumps_spliced, loads, strip_markers
+from agentcache.model._canonical import item_text
+from agentcache.model._rawjson import dumps_spliced, loads
 from agentcache.session import checkpoints_of
 from agentcache.session._pipeline import SessionPipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=20,
 )
@@ -72,18 +73,46 @@ def test_texts_are_found_by_identity_only() -> None:
 
 
 @pytest.mark.parametrize(
-    ("marked", "plain"),
+    ("api", "marked", "plain"),
     [
-        ('{"type":"text","text":"a","cache_control":{"type":"ephemeral"}}', '{"type":"text","text":"a"}'),
-        ('{"cache_control": {"type": "ephemeral", "ttl": "1h"}, "type": "text"}', '{"type": "text"}'),
-        ('{\n  "type": "text",\n  "cache_control": {\n    "type": "ephemeral"\n  }\n}', '{\n  "type": "text"\n}'),
-        ('{"role":"user","content":[{"type":"text","text":"x","prompt_cache_breakpoint":{"mode":"explicit"}}]}',
-         '{"role":"user","content":[{"type":"text","text":"x"}]}'),
-        ('{"text":"a \\"cache_control\\": {} b"}', '{"text":"a \\"cache_control\\": {} b"}'),
+        ("anthropic.messages", '{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":'
+         '"ephemeral"}}]}', '{"role":"user","content":[{"type":"text","text":"a"}]}'),
+        ("anthropic.messages", '{"role": "user", "content": [{"cache_control": {"type": "ephemeral", "ttl": "1h"}, '
+         '"type": "text", "text": "a"}]}', '{"role": "user", "content": [{"type": "text", "text": "a"}]}'),
+        ("anthropic.messages", '{"role":"user","content":[\n  {"type": "text",\n  "cache_control": {\n    "type": '
+         '"ephemeral"\n  }\n}]}', '{"role":"user","content":[\n  {"type": "text"\n}]}'),
+        ("openai.chat", '{"role":"user","content":[{"type":"text","text":"x","prompt_cache_breakpoint":{"mode":'
+         '"explicit"}}]}', '{"role":"user","content":[{"type":"text","text":"x"}]}'),
+        ("anthropic.messages", '{"role":"user","content":[{"type":"text","text":"a \\"cache_control\\": {} b"}]}',
+         '{"role":"user","content":[{"type":"text","text":"a \\"cache_control\\": {} b"}]}'),
+        # Keys of the same name that are not the API's marker, or not where it defines one, are content.
+        ("anthropic.messages", '{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"n",'
+         '"input":{"cache_control":"no-cache"}}]}', None),
+        ("openai.chat", '{"role":"user","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}]}',
+         None),
+        ("anthropic.messages", '{"role":"user","content":[{"type":"text","text":"x","prompt_cache_breakpoint":{}}]}',
+         None),
     ],
 )  # fmt: skip
-def test_strip_markers(marked: str, plain: str) -> None:
-    assert strip_markers(marked) == plain
+def test_item_text_cuts_only_the_markers_the_api_defines(api: str, marked: str, plain: str | None) -> None:
+    item = json.loads(marked)
+    assert item_text(api, item, marked) == (marked if plain is None else plain)
+
+
+def test_item_text_is_stable_when_the_key_is_also_content() -> None:
+    """A message whose tool input has a key named cache_control hashes the same with and without the marker the
+    client moves (the encoded form is used both times)."""
+    plain = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"},
+                                         {"type": "text", "text": "go", "cache_control_x": 1}]}  # fmt: skip
+    tool = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "t", "name": "n", "input": {"cache_control": 1}}],
+    }
+    marked = {**tool, "content": [{**tool["content"][0], "cache_control": {"type": "ephemeral"}}]}
+    texts = [json.dumps(m) for m in (tool, marked)]
+    assert item_text("anthropic.messages", tool, texts[0]) == item_text("anthropic.messages", marked, texts[1])
+    assert '"cache_control":1' in item_text("anthropic.messages", marked, texts[1])
+    assert item_text("anthropic.messages", plain, None) == json.dumps(plain, separators=(",", ":"))
 
 
 def test_checkpoints_from_source_ignore_markers_the_client_moves() -> None:

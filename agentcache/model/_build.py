@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._canonical import MARKER_KEYS, Block, CanonicalRequest, Marker, digest, dumps
+from .._exceptions import InputError
+from ._canonical import Block, CanonicalRequest, Marker, digest, dumps, marker_at
 from ._causes import Section
-from ._rawjson import RawBody
+from ._rawjson import RawBody, has_duplicates
 from ._rawjson import encode as _encode
 from ._tokens import TokenCounter, default_counter
 
@@ -48,9 +49,12 @@ class BlockCache:
     def begin(self, raw: RawBody | None = None) -> None:
         """Start a new request: objects seen before may since have been mutated in place. ``raw``: the
         source texts of the request's body (:func:`agentcache.model._rawjson.loads`), which then key its
-        unchanged units without encoding them."""
+        unchanged units without encoding them. Raises InputError when the body repeats a top-level key (a dict
+        cannot hold it: agentcache leaves such a body as the client sent it)."""
         self._by_id.clear()
         self._raw = raw
+        if raw is not None and raw.duplicates:
+            raise InputError("request body repeats a top-level key")
 
     def get(self, position: str | int, unit: Any) -> tuple[tuple[str | int, str], tuple[Block, ...] | None]:
         """``(key, blocks)``: the key of ``unit`` at ``position`` and its cached blocks, if any."""
@@ -67,7 +71,16 @@ class BlockCache:
             self.hits += 1
         else:
             self.misses += 1
+            if text is not None and isinstance(position, int):
+                self.check(text)
         return key, hit
+
+    def check(self, text: str) -> None:
+        """Raise InputError when the source ``text`` of a new unit repeats a key in some object: a dict keeps only
+        the last, so agentcache could not write the unit back as the client meant it and leaves the request as
+        the client sent it. Only units seen for the first time are checked (their blocks are built anyway)."""
+        if "{" in text and has_duplicates(text):
+            raise InputError("request body repeats a key in an object")
 
     def put(self, key: tuple[str | int, str], blocks: tuple[Block, ...]) -> None:
         """Remember ``blocks`` for ``key``."""
@@ -174,16 +187,20 @@ class Builder:
         name: str | None = None,
         markers: bool = True,
     ) -> None:
-        """Add one content unit. Markers (``cache_control``/``prompt_cache_breakpoint`` at the unit's top level,
-        where the APIs define them; ``markers=False`` where they do not) are read off ``unit`` and stripped
-        from its bytes."""
+        """Add one content unit. Its marker, where the API defines one at ``path``
+        (:func:`~agentcache.model._canonical.marker_at`; ``markers=False``: none), is read off ``unit``'s top level
+        and stripped from its bytes; any other key is content. A unit that comes whole from the body's source text
+        (a tool, a system block) is checked for repeated keys (:meth:`BlockCache.check`)."""
         marker: Marker | None = None
-        if markers and isinstance(unit, dict) and any(k in unit for k in MARKER_KEYS):
-            raw = unit.get("cache_control") or unit.get("prompt_cache_breakpoint")
+        if self._cache is not None and isinstance(unit, dict) and (text := self._cache.raw_text(unit)) is not None:
+            self._cache.check(text)
+        key = marker_at(self.api, path) if markers and isinstance(unit, dict) else None
+        if key is not None and key in unit:
+            raw = unit[key]
             if raw:
                 ttl = raw.get("ttl", "5m") if isinstance(raw, dict) else "5m"
                 marker = Marker(ttl=str(ttl), raw=raw)
-            unit = {k: v for k, v in unit.items() if k not in MARKER_KEYS}
+            unit = {k: v for k, v in unit.items() if k != key}
         data = dumps(unit)
         d = digest(env, data)
         kind, text, empty = _kind_and_text(unit)

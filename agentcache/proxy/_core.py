@@ -20,7 +20,7 @@ from starlette.responses import Response
 from .._exceptions import InputError
 from .._log import get_logger
 from ..model._fields import TurnReport
-from ..model._rawjson import dumps_spliced, loads
+from ..model._rawjson import NestingTooDeep, dumps_spliced, loads
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
@@ -61,8 +61,11 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         raw = await read_body(request, state.config.max_body_bytes)
     except BodyTooLarge:
         return error_response(style, 413, f"request body exceeds {state.config.max_body_bytes} bytes")
+    unread: InputError | None = None
     try:
         body, texts = loads(raw)
+    except NestingTooDeep as exc:  # fail open: forwarded as sent, the upstream judges a body this deep
+        body, texts, unread = {}, None, exc
     except (ValueError, UnicodeDecodeError) as exc:
         return error_response(style, 400, f"request body is not valid JSON: {exc}")
     if not isinstance(body, dict):
@@ -72,6 +75,8 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     content = raw
     tenant = tenant_of(request.headers, state.config.tenant_salt)
     try:
+        if unread is not None:
+            raise unread
         identity = identity_of(wire, request.headers, body, tenant)
         turn = await state.store_call(
             state.sessions.abegin(

@@ -19,7 +19,6 @@ identical histories cannot be told apart without an explicit id. Sessions with a
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,8 @@ from hashlib import blake2b
 from typing import Any
 
 from .._exceptions import InputError
-from ..model._rawjson import RawBody, strip_markers
+from ..model._canonical import item_text
+from ..model._rawjson import RawBody
 
 __all__ = [
     "LOCAL_TENANT",
@@ -41,9 +41,7 @@ __all__ = [
 
 #: The tenant of sessions that no API key namespaces (the SDK wrappers, audits, replays, anonymous callers).
 LOCAL_TENANT = "anonymous"
-_MARKER_KEYS = frozenset({"cache_control", "prompt_cache_breakpoint"})
 _SYSTEM_ROLES = frozenset({"system", "developer"})
-_encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +65,6 @@ def new_session_id() -> str:
     return "s-" + secrets.token_hex(8)
 
 
-def _unmarked(unit: Any) -> Any:
-    """A message without cache markers (on the message or its content blocks): moving a marker is not an edit."""
-    if not isinstance(unit, dict):
-        return unit
-    content = unit.get("content")
-    if isinstance(content, list) and any(isinstance(c, dict) and _MARKER_KEYS & c.keys() for c in content):
-        content = [{k: v for k, v in c.items() if k not in _MARKER_KEYS} if isinstance(c, dict) else c for c in content]
-        unit = {**unit, "content": content}
-    if _MARKER_KEYS & unit.keys():
-        unit = {k: v for k, v in unit.items() if k not in _MARKER_KEYS}
-    return unit
-
-
 def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
     """The conversation items of a wire body: Anthropic ``messages``; Chat ``messages`` and Responses
     ``input`` without system/developer messages. Raises InputError when the body has none."""
@@ -101,8 +86,7 @@ def checkpoints_of(api: str, body: Mapping[str, Any], raw: RawBody | None = None
     out: list[bytes] = []
     h = blake2b(api.encode(), digest_size=16)
     for item in conversation_of(api, body):
-        text = raw.text_of(item) if raw is not None else None
-        h.update((strip_markers(text) if text is not None else _encode(_unmarked(item))).encode())
+        h.update(item_text(api, item, raw.text_of(item) if raw is not None else None).encode())
         h.update(b"\x00")
         out.append(h.copy().digest())
     return tuple(out)
