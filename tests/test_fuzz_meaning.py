@@ -31,10 +31,12 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_proxy_support import ANTHROPIC_KEY, FakeUpstream, proxy
+from agentcache._config import Settings
+from tests.test_proxy_support import ANTHROPIC_KEY, FakeUpstream, ServerThread, proxy
 
 # ---- JSON text with what Python objects cannot hold: number spellings, duplicate keys ---------------------------
 
@@ -64,7 +66,7 @@ class Obj:
         return Obj(tuple((k, v) for k, v in self.pairs if k != key))
 
 
-def O(**kw: Any) -> Obj:
+def J(**kw: Any) -> Obj:
     return Obj(tuple(kw.items()))
 
 
@@ -254,7 +256,7 @@ TOOL_NAMES = ("lookup", "book", "cancel")
 def schemas(draw: st.DrawFn) -> Obj:
     props = draw(st.lists(st.tuples(st.sampled_from(("q", "cache_control", "prompt_cache_breakpoint", "n")), values),
                           max_size=3))  # fmt: skip
-    return O(type="object", properties=Obj(tuple(props)))
+    return J(type="object", properties=Obj(tuple(props)))
 
 
 @dataclass
@@ -268,20 +270,20 @@ class Session:
 
 def _tool(route: str, name: str, schema: Obj, marker: bool) -> Obj:
     if route == "/v1/messages":
-        t = O(name=name, description=f"{name} things", input_schema=schema)
-        return t.set("cache_control", O(type="ephemeral")) if marker else t
+        t = J(name=name, description=f"{name} things", input_schema=schema)
+        return t.set("cache_control", J(type="ephemeral")) if marker else t
     if route == "/v1/chat/completions":
-        return O(type="function", function=O(name=name, description=f"{name} things", parameters=schema))
-    return O(type="function", name=name, description=f"{name} things", parameters=schema)
+        return J(type="function", function=J(name=name, description=f"{name} things", parameters=schema))
+    return J(type="function", name=name, description=f"{name} things", parameters=schema)
 
 
 def _user(route: str, text: str, marker: bool) -> Obj:
     key = "cache_control" if route == "/v1/messages" else "prompt_cache_breakpoint"
     kind = "input_text" if route == "/v1/responses" else "text"
-    part = O(type=kind, text=text)
+    part = J(type=kind, text=text)
     if marker:
-        part = part.set(key, O(type="ephemeral") if route == "/v1/messages" else O(mode="explicit"))
-    return O(role="user", content=[part])
+        part = part.set(key, J(type="ephemeral") if route == "/v1/messages" else J(mode="explicit"))
+    return J(role="user", content=[part])
 
 
 def _exchange(route: str, i: int, name: str, args: Any, result: Any) -> list[Obj]:
@@ -289,15 +291,15 @@ def _exchange(route: str, i: int, name: str, args: Any, result: Any) -> list[Obj
     cid = f"call_{i}"
     if route == "/v1/messages":
         return [
-            O(role="assistant", content=[O(type="tool_use", id=cid, name=name, input=args)]),
-            O(role="user", content=[O(type="tool_result", tool_use_id=cid, content=[O(type="text", text=result)])]),
+            J(role="assistant", content=[J(type="tool_use", id=cid, name=name, input=args)]),
+            J(role="user", content=[J(type="tool_result", tool_use_id=cid, content=[J(type="text", text=result)])]),
         ]
     arg_text = text_of(args)
     if route == "/v1/chat/completions":
-        call = O(id=cid, type="function", function=O(name=name, arguments=arg_text))
-        return [O(role="assistant", content=None, tool_calls=[call]), O(role="tool", tool_call_id=cid, content=result)]
-    return [O(type="function_call", call_id=cid, name=name, arguments=arg_text),
-            O(type="function_call_output", call_id=cid, output=result)]  # fmt: skip
+        call = J(id=cid, type="function", function=J(name=name, arguments=arg_text))
+        return [J(role="assistant", content=None, tool_calls=[call]), J(role="tool", tool_call_id=cid, content=result)]
+    return [J(type="function_call", call_id=cid, name=name, arguments=arg_text),
+            J(type="function_call_output", call_id=cid, output=result)]  # fmt: skip
 
 
 def _body(route: str, model: str, tools: list[Obj], system: str, items: list[Obj], extra: list[Any]) -> Obj:
@@ -306,7 +308,7 @@ def _body(route: str, model: str, tools: list[Obj], system: str, items: list[Obj
                     ("messages", items), *extra))  # fmt: skip
     if route == "/v1/chat/completions":
         return Obj((("model", model), ("tools", tools),
-                    ("messages", [O(role="system", content=system), *items]), *extra))  # fmt: skip
+                    ("messages", [J(role="system", content=system), *items]), *extra))  # fmt: skip
     return Obj((("model", model), ("tools", tools), ("instructions", system), ("input", items), *extra))
 
 
@@ -317,7 +319,7 @@ MUTATIONS = ("none", "reorder_tools", "reserialise_tool", "schema_marker_key", "
 def _deep(depth: int) -> Any:
     v: Any = Num("1")
     for _ in range(depth):
-        v = O(a=v)
+        v = J(a=v)
     return v
 
 
@@ -343,7 +345,7 @@ def sessions(draw: st.DrawFn) -> Session:
         return Session(route, [text_of(body.without(field).without("model")).encode()], odd)
     if odd == "deep":
         depth = draw(st.integers(900, 1400))
-        items.append(_exchange(route, 99, names[0], O(x=_deep(depth)), "ok")[0])
+        items.append(_exchange(route, 99, names[0], J(x=_deep(depth)), "ok")[0])
     if odd == "nan":
         extra.append(("temperature", Num(draw(st.sampled_from(("NaN", "Infinity", "-Infinity"))))))
     if odd == "top_dup":
@@ -355,7 +357,7 @@ def sessions(draw: st.DrawFn) -> Session:
         if t:
             args = draw(values)
             if draw(st.booleans()):
-                args = O(cache_control=draw(st.sampled_from(NAMED_VALUES)), q=draw(numbers))
+                args = J(cache_control=draw(st.sampled_from(NAMED_VALUES)), q=draw(numbers))
             items = [*items, *_exchange(route, t, draw(st.sampled_from(names)), args, draw(words))]
             items.append(_user(route, draw(words), draw(st.booleans())))
             tools, items = _mutate(draw, route, draw(st.sampled_from(MUTATIONS)), tools, items)
@@ -417,7 +419,7 @@ def _edit_schema(route: str, tool: Obj, add: bool) -> Obj:
     holder = tool.get("function") if route == "/v1/chat/completions" else tool
     schema = holder.get(field)
     props = schema.get("properties")
-    props = props.set("cache_control", O(type="string")) if add else props.without("cache_control")
+    props = props.set("cache_control", J(type="string")) if add else props.without("cache_control")
     holder = holder.set(field, schema.set("properties", props))
     return tool.set("function", holder) if route == "/v1/chat/completions" else holder
 
@@ -437,7 +439,7 @@ def _mark(route: str, msg: Obj) -> Obj:
     c = msg.get("content")
     if not isinstance(c, list) or not c or not isinstance(c[-1], Obj):
         return msg
-    value = O(type="ephemeral") if route == "/v1/messages" else O(mode="explicit")
+    value = J(type="ephemeral") if route == "/v1/messages" else J(mode="explicit")
     return msg.set("content", [*c[:-1], c[-1].set(_marker_key(route), value)])
 
 
@@ -530,6 +532,38 @@ def harness() -> Harness:
 @given(sessions())
 def test_meaning_kept_and_proxy_serving(session: Session) -> None:
     assert harness().run(session) == []
+
+
+@pytest.mark.parametrize("depth", [980, 5000])
+def test_deep_body_forwarded_unchanged_and_the_connection_kept(depth: int) -> None:
+    """A body nested past what Python's parser reads is forwarded as sent (fail open: it may well be valid JSON,
+    and the upstream is the judge of a body agentcache cannot plan), under uvicorn, and the next request on the
+    same keep-alive connection is served."""
+    import http.client
+
+    from agentcache.proxy import ProxyConfig, create_app
+
+    fake = Upstream()
+    app = create_app(ProxyConfig(), settings=Settings(), transport=fake.transport())
+    deep = "[" * depth + "]" * depth
+    raw = ('{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":[{"type":"tool_result",'
+           '"tool_use_id":"t","content":"x","extra":' + deep + "}]}]}").encode()  # fmt: skip
+    plain = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+    headers = {"content-type": "application/json", "x-api-key": ANTHROPIC_KEY}
+    with ServerThread(app) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+        conn.request("POST", "/v1/messages", body=raw, headers=headers)
+        first = conn.getresponse()
+        first.read()
+        sock = conn.sock
+        conn.request("POST", "/v1/messages", body=plain, headers=headers)
+        second = conn.getresponse()
+        assert second.status == 200 and json.loads(second.read())["type"] == "message"
+        assert conn.sock is sock  # the same connection
+        conn.close()
+    assert first.status == 400  # the fake upstream's own answer (it cannot read that deep either)
+    assert first.getheader("x-agentcache-session") is None
+    assert [r.body for r in fake.requests] == [raw, fake.requests[1].body]
 
 
 def count(n: int) -> Counter[str]:

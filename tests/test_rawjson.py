@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,82 @@ def test_pipeline_with_source_texts_plans_exactly_as_without() -> None:
         with_texts.commit(a)
         without.commit(b)
     assert without.cache.hits > with_texts.cache.hits and "messages" in with_texts.cache.runs
+
+
+# ---- numbers, NaN/Infinity, duplicate keys, nesting (issue 12) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "number",
+    ["1e309", "-1e309", "1E2", "1.5e-400", "-0", "0.10", "1e-7", "2.50", "1.0000000000000000000001", "7" * 5000],
+)
+def test_edited_units_keep_the_clients_number_spelling(number: str) -> None:
+    raw = f'{{"tools": [{{"n": {number}}}], "messages": [{{"role": "user", "content": [{number}]}}]}}'.encode()
+    value, texts = loads(raw)
+    # Every unit edited (copies), so nothing is spliced from the source: the encoder writes the numbers.
+    edited = {"tools": [dict(value["tools"][0])], "messages": [dict(value["messages"][0])], "new": 1}
+    out = dumps_spliced(edited, texts).decode()
+    assert out == f'{{"tools":[{{"n":{number}}}],"messages":[{{"role":"user","content":[{number}]}}],"new":1}}'
+    json.loads(out, parse_int=Decimal, parse_constant=lambda c: pytest.fail(f"{c} on the wire"))  # valid JSON
+
+
+def test_plain_numbers_stay_python_numbers() -> None:
+    value, _ = loads(b'{"a": [0.5, 3, -2, 1e+21, 100.0, -0.0]}')
+    assert value["a"] == [0.5, 3, -2, 1e21, 100.0, -0.0]
+    assert all(type(x) in (int, float) for x in value["a"])
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
+def test_nan_and_infinity_literals_are_not_json(literal: bytes) -> None:
+    with pytest.raises(ValueError, match="not JSON"):
+        loads(b'{"temperature": ' + literal + b', "messages": []}')
+    with pytest.raises(ValueError, match="not JSON"):
+        loads(b"[" + literal + b"]")
+
+
+def test_untouched_units_keep_the_clients_text() -> None:
+    raw = b'{"model": "m", "tools": [{"n": 1E2, "d": 1, "d": 2}], "messages": [{"role": "user", "content": "x"}]}'
+    value, texts = loads(raw)
+    edited = {**value, "messages": [*value["messages"], {"role": "user", "content": "y"}]}
+    out = dumps_spliced(edited, texts)
+    assert b'"tools":[{"n": 1E2, "d": 1, "d": 2}]' in out and b'{"role": "user", "content": "x"}' in out
+
+
+def test_duplicate_keys_are_found() -> None:
+    from agentcache.model._rawjson import has_duplicates
+
+    _, texts = loads(b'{"model": "a", "messages": [], "model": "b"}')
+    assert texts is not None and texts.duplicates
+    _, texts = loads(b'{"model": "a", "messages": [{"a": 1, "a": 2}]}')
+    assert texts is not None and not texts.duplicates  # nested: found per unit, see the pipeline test
+    assert has_duplicates('{"a": [{"b": 1, "c": {"d": 1, "d": 1}}]}')
+    assert not has_duplicates('{"a": [{"b": 1}, {"b": 2}], "c": {"b": 3}}')
+
+
+def test_duplicate_keys_leave_the_body_as_sent() -> None:
+    from agentcache._exceptions import InputError
+
+    pipe = SessionPipeline("anthropic")
+    for raw in (
+        b'{"model": "claude-sonnet-4-5", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], '
+        b'"max_tokens": 6}',
+        b'{"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": [{"type": "text", "text": "a", '
+        b'"text": "b"}]}]}',
+        b'{"model": "claude-sonnet-4-5", "tools": [{"name": "t", "input_schema": {"type": "object", "type": "x"}}], '
+        b'"messages": [{"role": "user", "content": "x"}]}',
+    ):
+        body, texts = loads(raw)
+        with pytest.raises(InputError, match="repeats a"):
+            pipe.prepare("anthropic.messages", body, raw=texts)
+
+
+def test_too_deep_is_an_input_error_not_recursion() -> None:
+    from agentcache._exceptions import InputError
+    from agentcache.model._rawjson import NestingTooDeep, has_duplicates, parse
+
+    deep = '{"messages": ' + "[" * 5000 + "]" * 5000 + "}"
+    for call in (lambda: loads(deep.encode()), lambda: parse(deep), lambda: has_duplicates(deep),
+                 lambda: loads(b"[" * 5000 + b"]" * 5000)):  # fmt: skip
+        with pytest.raises(NestingTooDeep) as err:
+            call()
+        assert isinstance(err.value, InputError) and "too deeply" in str(err.value)

@@ -297,13 +297,14 @@ def normalize(value: Any) -> Any:
 
 
 def _exact(n: Number) -> Any:
-    """A number spelled unlike Python would write it, by its exact decimal value: the float when that is exact,
-    else a Number in one spelling per value (an exponent form never written for a float or an int)."""
+    """A number spelled unlike Python would write it, by its exact decimal value: the float whose shortest spelling
+    has that value (``1E2`` → ``100.0``, ``0.10`` → ``0.1``), else a Number in one spelling per value (an exponent
+    form Python never writes for a float or an int)."""
     d = Decimal(n.text)
     if n.text.lstrip("-").isdigit():  # an integer literal: -0 or past Python's digit limit
         return Number(f"{d:E}")  # keeps -0 apart from 0
     f = float(d)
-    if math.isfinite(f) and Decimal(f) == d and not (f == 0 and d.is_signed() != (math.copysign(1, f) < 0)):
+    if math.isfinite(f) and Decimal(repr(f)) == d and (math.copysign(1.0, f) < 0) == d.is_signed():
         return f
     return Number(f"{d.normalize():E}")
 
