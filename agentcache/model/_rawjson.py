@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +127,7 @@ def _default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _encoder(**kw: Any) -> Any:
+def _encoder(**kw: Any) -> Callable[[Any], str]:
     enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default, **kw).encode
     needle = _NONCE_JSON
 
