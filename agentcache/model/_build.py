@@ -25,7 +25,9 @@ class BlockCache:
     :func:`agentcache.model._rawjson.loads`, else by one C-level JSON encoding) plus the work on the new blocks.
     Bounded: entries no request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
 
-    __slots__ = ("_age", "_by_id", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses", "runs")
+    __slots__ = (
+        "_age", "_by_id", "_checked", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses", "runs",
+    )  # fmt: skip
 
     def __init__(self, keep: int = 4):
         self._entries: dict[tuple[str | int, str], tuple[Block, ...]] = {}
@@ -35,6 +37,7 @@ class BlockCache:
         self._by_id: dict[int, tuple[Any, tuple[str | int, str]]] = {}
         self._keep = keep
         self._raw: RawBody | None = None
+        self._checked: set[str] = set()
         # The last three requests built (a turn builds the client's request, maybe a repaired one and a
         # marked one): the next build re-uses the chain hashes and token sums of the one sharing the most
         # leading digests (the cached history), so building costs only the new blocks.
@@ -75,12 +78,20 @@ class BlockCache:
                 self.check(text)
         return key, hit
 
-    def check(self, text: str) -> None:
+    def check(self, text: str, remember: bool = False) -> None:
         """Raise InputError when the source ``text`` of a new unit repeats a key in some object: a dict keeps only
         the last, so agentcache could not write the unit back as the client meant it and leaves the request as
-        the client sent it. Only units seen for the first time are checked (their blocks are built anyway)."""
-        if "{" in text and has_duplicates(text):
+        the client sent it. Only units seen for the first time are parsed again (their blocks are built anyway);
+        ``remember``: keep ``text`` as checked (a tool or system block, which a format may re-add every turn:
+        Responses tools); messages are checked on a block-cache miss only, so they need no memo."""
+        if "{" not in text or text in self._checked:
+            return
+        if has_duplicates(text):
             raise InputError("request body repeats a key in an object")
+        if remember:
+            if len(self._checked) >= 64:
+                self._checked.clear()
+            self._checked.add(text)
 
     def put(self, key: tuple[str | int, str], blocks: tuple[Block, ...]) -> None:
         """Remember ``blocks`` for ``key``."""
@@ -193,8 +204,10 @@ class Builder:
         (a tool, a system block) is checked for repeated keys (:meth:`BlockCache.check`)."""
         marker: Marker | None = None
         if self._cache is not None and isinstance(unit, dict) and (text := self._cache.raw_text(unit)) is not None:
-            self._cache.check(text)
-        key = marker_at(self.api, path) if markers and isinstance(unit, dict) else None
+            self._cache.check(text, remember=True)
+        key = None
+        if markers and isinstance(unit, dict) and ("cache_control" in unit or "prompt_cache_breakpoint" in unit):
+            key = marker_at(self.api, path)
         if key is not None and key in unit:
             raw = unit[key]
             if raw:

@@ -99,10 +99,11 @@ def item_text(api: str, item: Any, text: str | None) -> str:
     marked it this turn. The source text is cut directly when every occurrence of the marker key in it is such a
     marker (the usual case: one string scan); otherwise the item is encoded without them (the same choice every
     turn for the same item, so its hash is stable)."""
-    key, n = _item_marks(api, item)
     if text is not None:
-        if key not in text:
-            return text
+        spec = MARKERS.get(api)
+        if spec is None or spec[0] not in text:
+            return text  # the usual case: one string scan
+        key, n = _item_marks(api, item)
         if text.count(f'"{key}"') == n:
             cut = _MARKER_TEXT[key].sub("", text)
             if f'"{key}"' not in cut:
