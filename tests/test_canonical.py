@@ -279,3 +279,21 @@ def test_tool_input_value_named_like_a_marker_is_sent_as_the_client_wrote_it() -
     out = pipe.prepare("anthropic.messages", turn("max-age=0"))
     assert out.body["messages"][1]["content"][0]["input"] == {"cache_control": "max-age=0"}
     assert out.repairs == ()
+
+
+def test_what_json_cannot_hold_is_bad_input() -> None:
+    """A caller's dict with an infinite float, or a unit nested past the encoder: InputError (the proxy forwards
+    such a body unchanged, an audit reports the record), never a non-JSON ``Infinity`` nor a RecursionError."""
+    import pytest
+
+    from agentcache._exceptions import InputError
+
+    inf = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "n": float("inf")}]}]}
+    with pytest.raises(InputError, match="not JSON compliant"):
+        canonicalize("anthropic.messages", inf)
+    deep: object = 1
+    for _ in range(3000):
+        deep = [deep]
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "n": deep}]}]}
+    with pytest.raises(InputError, match="too deeply"):
+        canonicalize("anthropic.messages", body)

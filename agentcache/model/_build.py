@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._exceptions import InputError
-from ._canonical import Block, CanonicalRequest, Marker, digest, dumps, marker_at
+from ._canonical import Block, CanonicalRequest, Marker, digest, marker_at
 from ._causes import Section
-from ._rawjson import RawBody, has_duplicates
+from ._rawjson import NestingTooDeep, RawBody, has_duplicates
 from ._rawjson import encode as _encode
 from ._tokens import TokenCounter, default_counter
 
@@ -66,7 +66,7 @@ class BlockCache:
             key = seen[1]
         else:
             text = self._raw.text_of(unit) if self._raw is not None else None
-            key = (position, text if text is not None else _encode(unit))
+            key = (position, text if text is not None else _encoded(unit, str(position)))
             self._by_id[id(unit)] = (unit, key)
         hit = self._entries.get(key)
         if hit is not None:
@@ -182,7 +182,7 @@ class Builder:
 
     def option(self, key: str, value: Any) -> None:
         """Add an option block (zero tokens) named by its top-level key."""
-        data = dumps(value)
+        data = _encoded(value, key).encode()
         d = digest(b"option", key.encode(), data)
         self._blocks.append(Block(key, "option", "option", data, b"", d, 0, name=key))
         self._digests.append(d)
@@ -214,7 +214,7 @@ class Builder:
                 ttl = raw.get("ttl", "5m") if isinstance(raw, dict) else "5m"
                 marker = Marker(ttl=str(ttl), raw=raw)
             unit = {k: v for k, v in unit.items() if k != key}
-        data = dumps(unit)
+        data = _encoded(unit, path).encode()
         d = digest(env, data)
         kind, text, empty = _kind_and_text(unit)
         tokens = self._counter.count(d, text if text is not None else data.decode())
@@ -260,6 +260,17 @@ class Builder:
                 run = (text.rstrip()[:-1].rstrip(), len(starts), blocks[first:], starts, digests[first:], first)
                 self._cache.runs[field] = run
         return req
+
+
+def _encoded(value: Any, where: str) -> str:
+    """``value`` as compact JSON text; InputError for what JSON cannot hold (a NaN or infinite float from a
+    caller's dict) and :class:`NestingTooDeep` for a value too deep to encode: bad input, not agentcache's bug."""
+    try:
+        return _encode(value)
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise NestingTooDeep(f"{where} is nested too deeply") from None
 
 
 def _shared(a: tuple[bytes, ...], b: tuple[bytes, ...]) -> int:
