@@ -343,9 +343,9 @@ def sessions(draw: st.DrawFn) -> Session:
         body = _body(route, model, tools, system, items, extra)
         field = "messages" if route != "/v1/responses" else "input"
         return Session(route, [text_of(body.without(field).without("model")).encode()], odd)
+    deep: list[Obj] = []  # kept out of the mutations below (they recurse), always at the same place
     if odd == "deep":
-        depth = draw(st.integers(900, 1400))
-        items.append(_exchange(route, 99, names[0], J(x=_deep(depth)), "ok")[0])
+        deep = [_exchange(route, 99, names[0], J(x=_deep(draw(st.integers(900, 1400)))), "ok")[0]]
     if odd == "nan":
         extra.append(("temperature", Num(draw(st.sampled_from(("NaN", "Infinity", "-Infinity"))))))
     if odd == "top_dup":
@@ -361,7 +361,9 @@ def sessions(draw: st.DrawFn) -> Session:
             items = [*items, *_exchange(route, t, draw(st.sampled_from(names)), args, draw(words))]
             items.append(_user(route, draw(words), draw(st.booleans())))
             tools, items = _mutate(draw, route, draw(st.sampled_from(MUTATIONS)), tools, items)
-        turns.append(text_of(_body(route, model, tools, system, items, extra), spaced).encode())
+        turns.append(
+            text_of(_body(route, model, tools, system, [*items[:1], *deep, *items[1:]], extra), spaced).encode()
+        )
     return Session(route, turns, odd)
 
 
