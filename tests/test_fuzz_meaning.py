@@ -171,8 +171,8 @@ def meaning(route: str, value: Any, path: tuple[Any, ...] = ()) -> Any:
                 items[k] = ("arr", (meaning(route, v, (*path, k, 0)),))
                 continue
             items[k] = meaning(route, v, (*path, k))
-        if items.get("type") in ("input_text", "output_text"):
-            items["type"] = "text"
+        if items.get("type") in (("str", "input_text"), ("str", "output_text")):
+            items["type"] = ("str", "text")
         return ("obj", frozenset(items.items()))
     if isinstance(value, list):
         return ("arr", tuple(meaning(route, v, (*path, i)) for i, v in enumerate(value)))
