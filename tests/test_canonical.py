@@ -297,3 +297,26 @@ def test_what_json_cannot_hold_is_bad_input() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x", "n": deep}]}]}
     with pytest.raises(InputError, match="too deeply"):
         canonicalize("anthropic.messages", body)
+
+
+def test_value_digest_of_a_unit_too_deep_to_read_is_its_bytes() -> None:
+    """A unit nested deeper than the meaning walk can follow compares equal only to the same bytes (an audit of
+    such a record goes on; no repair treats it as another form of anything)."""
+    deep: object = 1
+    for _ in range(400):
+        deep = {"a": deep}
+
+    def block(key: str) -> object:
+        body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x", key: deep}]}]}
+        return canonicalize("anthropic.messages", body).blocks[-1]
+
+    a, a2, b = block("n"), block("n"), block("m")
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(300)
+    try:
+        da, da2, db = (value_digest(x) for x in (a, a2, b))  # type: ignore[arg-type]
+    finally:
+        sys.setrecursionlimit(old)
+    assert da == da2 and da != db
