@@ -525,7 +525,7 @@ def harness() -> Harness:
 
 
 @settings(
-    max_examples=300,
+    max_examples=1000,
     deadline=None,
     derandomize=True,
     database=None,
