@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._canonical import MARKER_KEYS, Block, CanonicalRequest, Marker, digest, dumps
+from .._exceptions import InputError
+from ._canonical import Block, CanonicalRequest, Marker, digest, marker_at
 from ._causes import Section
-from ._rawjson import RawBody
+from ._rawjson import NestingTooDeep, RawBody, has_duplicates
 from ._rawjson import encode as _encode
 from ._tokens import TokenCounter, default_counter
 
@@ -24,7 +25,9 @@ class BlockCache:
     :func:`agentcache.model._rawjson.loads`, else by one C-level JSON encoding) plus the work on the new blocks.
     Bounded: entries no request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
 
-    __slots__ = ("_age", "_by_id", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses", "runs")
+    __slots__ = (
+        "_age", "_by_id", "_checked", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses", "runs",
+    )  # fmt: skip
 
     def __init__(self, keep: int = 4):
         self._entries: dict[tuple[str | int, str], tuple[Block, ...]] = {}
@@ -34,6 +37,7 @@ class BlockCache:
         self._by_id: dict[int, tuple[Any, tuple[str | int, str]]] = {}
         self._keep = keep
         self._raw: RawBody | None = None
+        self._checked: set[str] = set()
         # The last three requests built (a turn builds the client's request, maybe a repaired one and a
         # marked one): the next build re-uses the chain hashes and token sums of the one sharing the most
         # leading digests (the cached history), so building costs only the new blocks.
@@ -48,9 +52,12 @@ class BlockCache:
     def begin(self, raw: RawBody | None = None) -> None:
         """Start a new request: objects seen before may since have been mutated in place. ``raw``: the
         source texts of the request's body (:func:`agentcache.model._rawjson.loads`), which then key its
-        unchanged units without encoding them."""
+        unchanged units without encoding them. Raises InputError when the body repeats a top-level key (a dict
+        cannot hold it: agentcache leaves such a body as the client sent it)."""
         self._by_id.clear()
         self._raw = raw
+        if raw is not None and raw.duplicates:
+            raise InputError("request body repeats a top-level key")
 
     def get(self, position: str | int, unit: Any) -> tuple[tuple[str | int, str], tuple[Block, ...] | None]:
         """``(key, blocks)``: the key of ``unit`` at ``position`` and its cached blocks, if any."""
@@ -59,7 +66,7 @@ class BlockCache:
             key = seen[1]
         else:
             text = self._raw.text_of(unit) if self._raw is not None else None
-            key = (position, text if text is not None else _encode(unit))
+            key = (position, text if text is not None else _encoded(unit, str(position)))
             self._by_id[id(unit)] = (unit, key)
         hit = self._entries.get(key)
         if hit is not None:
@@ -67,7 +74,24 @@ class BlockCache:
             self.hits += 1
         else:
             self.misses += 1
+            if text is not None and isinstance(position, int):
+                self.check(text)
         return key, hit
+
+    def check(self, text: str, remember: bool = False) -> None:
+        """Raise InputError when the source ``text`` of a new unit repeats a key in some object: a dict keeps only
+        the last, so agentcache could not write the unit back as the client meant it and leaves the request as
+        the client sent it. Only units seen for the first time are parsed again (their blocks are built anyway);
+        ``remember``: keep ``text`` as checked (a tool or system block, which a format may re-add every turn:
+        Responses tools); messages are checked on a block-cache miss only, so they need no memo."""
+        if "{" not in text or text in self._checked:
+            return
+        if has_duplicates(text):
+            raise InputError("request body repeats a key in an object")
+        if remember:
+            if len(self._checked) >= 64:
+                self._checked.clear()
+            self._checked.add(text)
 
     def put(self, key: tuple[str | int, str], blocks: tuple[Block, ...]) -> None:
         """Remember ``blocks`` for ``key``."""
@@ -158,7 +182,7 @@ class Builder:
 
     def option(self, key: str, value: Any) -> None:
         """Add an option block (zero tokens) named by its top-level key."""
-        data = dumps(value)
+        data = _encoded(value, key).encode()
         d = digest(b"option", key.encode(), data)
         self._blocks.append(Block(key, "option", "option", data, b"", d, 0, name=key))
         self._digests.append(d)
@@ -174,17 +198,23 @@ class Builder:
         name: str | None = None,
         markers: bool = True,
     ) -> None:
-        """Add one content unit. Markers (``cache_control``/``prompt_cache_breakpoint`` at the unit's top level,
-        where the APIs define them; ``markers=False`` where they do not) are read off ``unit`` and stripped
-        from its bytes."""
+        """Add one content unit. Its marker, where the API defines one at ``path``
+        (:func:`~agentcache.model._canonical.marker_at`; ``markers=False``: none), is read off ``unit``'s top level
+        and stripped from its bytes; any other key is content. A unit that comes whole from the body's source text
+        (a tool, a system block) is checked for repeated keys (:meth:`BlockCache.check`)."""
         marker: Marker | None = None
-        if markers and isinstance(unit, dict) and any(k in unit for k in MARKER_KEYS):
-            raw = unit.get("cache_control") or unit.get("prompt_cache_breakpoint")
+        if self._cache is not None and isinstance(unit, dict) and (text := self._cache.raw_text(unit)) is not None:
+            self._cache.check(text, remember=True)
+        key = None
+        if markers and isinstance(unit, dict) and ("cache_control" in unit or "prompt_cache_breakpoint" in unit):
+            key = marker_at(self.api, path)
+        if key is not None and key in unit:
+            raw = unit[key]
             if raw:
                 ttl = raw.get("ttl", "5m") if isinstance(raw, dict) else "5m"
                 marker = Marker(ttl=str(ttl), raw=raw)
-            unit = {k: v for k, v in unit.items() if k not in MARKER_KEYS}
-        data = dumps(unit)
+            unit = {k: v for k, v in unit.items() if k != key}
+        data = _encoded(unit, path).encode()
         d = digest(env, data)
         kind, text, empty = _kind_and_text(unit)
         tokens = self._counter.count(d, text if text is not None else data.decode())
@@ -230,6 +260,17 @@ class Builder:
                 run = (text.rstrip()[:-1].rstrip(), len(starts), blocks[first:], starts, digests[first:], first)
                 self._cache.runs[field] = run
         return req
+
+
+def _encoded(value: Any, where: str) -> str:
+    """``value`` as compact JSON text; InputError for what JSON cannot hold (a NaN or infinite float from a
+    caller's dict) and :class:`NestingTooDeep` for a value too deep to encode: bad input, not agentcache's bug."""
+    try:
+        return _encode(value)
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    except RecursionError:
+        raise NestingTooDeep(f"{where} is nested too deeply") from None
 
 
 def _shared(a: tuple[bytes, ...], b: tuple[bytes, ...]) -> int:

@@ -10,8 +10,9 @@ content and options.
 
 A block carries:
 
-* ``data``: the unit's canonical bytes, compact JSON in the key order it was sent, with cache markers
-  (``cache_control``, ``prompt_cache_breakpoint``) stripped, so moving a marker is not a content change;
+* ``data``: the unit's canonical bytes, compact JSON in the key order it was sent, with its cache marker
+  stripped where the API defines one (:func:`marker_at`), so moving a marker is not a content change; a key of
+  the same name anywhere else (a schema property, a tool input, nested content) is content;
 * ``env``: the bytes of its message envelope (role, ``tool_call_id``...), shared by the blocks of a message;
 * ``digest``: blake2b-128 of ``env`` and ``data``; ``chain[i]`` hashes ``chain[i-1]`` with ``digest[i]``,
   a radix-tree path that names the whole prefix through block ``i``;
@@ -21,18 +22,126 @@ A block carries:
 from __future__ import annotations
 
 import contextlib
-import json
+import math
+import re
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from hashlib import blake2b
 from typing import Any
 
+from .._exceptions import InputError
 from ._causes import Section
+from ._rawjson import Number, encode_ascii, encode_sorted, has_duplicates, parse
 from ._rawjson import encode as _encode
 
-#: Keys that mark cache breakpoints on the wire; stripped from canonical bytes.
+#: Keys that mark cache breakpoints on the wire, in some API at some position (see :data:`MARKERS`).
 MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
+
+#: Where each wire API defines its cache marker, the one place agentcache reads it: API → (marker key, the block
+#: paths that may carry it). Anywhere else a key of that name, or the other API's, is content.
+#:
+#: * Anthropic ``cache_control`` (platform.claude.com/docs/en/build-with-claude/prompt-caching, "What can be
+#:   cached"; SDK ``ToolParam``, ``TextBlockParam`` and the other ``*BlockParam`` types): on a tool, a system block
+#:   and a message content block (``tool_result`` included), plus the top-level field (automatic caching, read by
+#:   the adapter). The SDK's ``ToolResultBlockParam.content`` blocks may carry one too; agentcache keeps a tool
+#:   result as one block, so such a nested marker stays in that block's bytes: moving it changes the block and is
+#:   never repaired away.
+#: * OpenAI ``prompt_cache_breakpoint`` (gpt-5.6+, ``agentcache.data/models.toml``): on a message content part
+#:   (Chat ``messages[i].content[j]``; Responses ``input[i].content[j]`` of a message item), where the OpenAI
+#:   target writes it (``adapters/openai_chat.set_markers``, ``openai_responses.set_markers``).
+MARKERS: dict[str, tuple[str, re.Pattern[str]]] = {
+    "anthropic.messages": ("cache_control", re.compile(r"tools\[\d+\]|system\[\d+\]|messages\[\d+\]\.content\[\d+\]")),
+    "openai.chat": ("prompt_cache_breakpoint", re.compile(r"messages\[\d+\]\.content\[\d+\]")),
+    "openai.responses": ("prompt_cache_breakpoint", re.compile(r"input\[\d+\]\.content\[\d+\]")),
+}
+
+
+def marker_at(api: str, path: str) -> str | None:
+    """The marker key the wire ``api`` defines on the block at ``path`` (``"messages[3].content[0]"``), or None
+    where it defines none (see :data:`MARKERS`)."""
+    spec = MARKERS.get(api)
+    return spec[0] if spec is not None and spec[1].fullmatch(path) else None
+
+
+def _item_marks(api: str, item: Any) -> tuple[str, int]:
+    """``(key, n)``: the marker key of ``api`` and how many content parts of conversation ``item`` carry it."""
+    key = MARKERS[api][0] if api in MARKERS else ""
+    if not isinstance(item, dict) or (api == "openai.responses" and not item.get("role")):
+        return key, 0
+    content = item.get("content")
+    if not isinstance(content, list):
+        return key, 0
+    return key, sum(1 for c in content if isinstance(c, dict) and key in c)
+
+
+def unmarked_item(api: str, item: Any) -> Any:
+    """Conversation ``item`` (a message) without the markers ``api`` defines on its content parts."""
+    key, n = _item_marks(api, item)
+    if not n:
+        return item
+    content = [{k: v for k, v in c.items() if k != key} if isinstance(c, dict) else c for c in item["content"]]
+    return {**item, "content": content}
+
+
+# A marker member with its separating comma, whichever side of it the comma is on: markers are flat objects.
+_MARKER_TEXT = {
+    key: re.compile(
+        rf'\s*,\s*"{key}"\s*:\s*(?:\{{[^{{}}]*\}}|"[^"]*"|true|false|null)|"{key}"\s*:\s*(?:\{{[^{{}}]*\}}|"[^"]*"|true|false|null)\s*,?\s*'
+    )
+    for key in MARKER_KEYS
+}
+
+
+def item_text(api: str, item: Any, text: str | None) -> str:
+    """The text session inference hashes for conversation ``item``: its source ``text`` (None: not known) with the
+    markers ``api`` defines on its content parts cut out, so an item reads the same whether or not the client
+    marked it this turn. The source text is cut directly when every occurrence of the marker key in it is such a
+    marker (the usual case: one string scan); otherwise the item is encoded without them (the same choice every
+    turn for the same item, so its hash is stable)."""
+    if text is not None:
+        spec = MARKERS.get(api)
+        if spec is None or spec[0] not in text:
+            return text  # the usual case: one string scan
+        key, n = _item_marks(api, item)
+        if text.count(f'"{key}"') == n:
+            cut = _MARKER_TEXT[key].sub("", text)
+            if f'"{key}"' not in cut:
+                return cut
+    return str(encode_ascii(unmarked_item(api, item)))
+
+
+def _unmarked_unit(api: str, unit: Any) -> tuple[Any, int]:
+    """``(unit without its markers, how many it had)`` for a prefix ``unit`` (see :func:`prefix_text`)."""
+    key = MARKERS[api][0] if api in MARKERS else ""
+    if isinstance(unit, list) and api == "anthropic.messages":  # tools[i] and system[i] take a marker
+        n = sum(1 for u in unit if isinstance(u, dict) and key in u)
+        if not n:
+            return unit, 0
+        return [{k: v for k, v in u.items() if k != key} if isinstance(u, dict) else u for u in unit], n
+    if isinstance(unit, dict):  # an OpenAI system/developer message: markers on its content parts
+        return unmarked_item(api, unit), _item_marks(api, unit)[1]
+    return unit, 0
+
+
+def prefix_text(api: str, unit: Any, text: str | None) -> str:
+    """The text session inference hashes for a prefix ``unit`` (the tools list, the system list or string,
+    ``instructions``, one system message): its source ``text`` (None: not known) with the markers ``api``
+    defines on it cut out, as :func:`item_text` does for conversation items."""
+    if text is not None:
+        key = MARKERS[api][0] if api in MARKERS else ""
+        if not key or f'"{key}"' not in text:
+            return text
+        bare, n = _unmarked_unit(api, unit)
+        if text.count(f'"{key}"') == n:
+            cut = _MARKER_TEXT[key].sub("", text)
+            if f'"{key}"' not in cut:
+                return cut
+        return str(encode_ascii(bare))
+    return str(encode_ascii(_unmarked_unit(api, unit)[0]))
+
+
 #: Content block types that carry media (``messages.media_changed``).
 MEDIA_TYPES = frozenset({"image", "document", "image_url", "input_image", "input_file", "file", "input_audio"})
 
@@ -91,8 +200,8 @@ class Block:
         )  # fmt: skip
 
     def unit(self) -> Any:
-        """The wire unit as sent (markers stripped), parsed again in its original key order."""
-        return json.loads(self.data)
+        """The wire unit as sent (markers stripped), parsed again in its original key order (numbers as written)."""
+        return parse(self.data)
 
     def text(self) -> str:
         """Human text of the block: the string for text units, else the JSON text."""
@@ -196,24 +305,40 @@ def unmarked(blocks: tuple[Block, ...]) -> tuple[Block, ...]:
 
 
 def normalize(value: Any) -> Any:
-    """The meaning of a unit: keys sorted at every level, JSON-string tool arguments parsed,
-    and a bare string equal to a one-element text-block array (``messages.shape``)."""
+    """The meaning of a unit (its markers already stripped by the builder): keys sorted at every level, JSON-string
+    tool arguments parsed (unless they repeat a key: then they stay the string they are), a bare string equal to a
+    one-element text-block array (``messages.shape``), and a number by its exact value (``1E2`` is ``100.0``;
+    ``1e309`` is not ``1e400``, nor ``1.5e-400`` zero). A key named like a marker is content here."""
     if isinstance(value, dict):
         out = {}
         for k in sorted(value):
             v = value[k]
-            if k in MARKER_KEYS:
-                continue
             if k == "arguments" and isinstance(v, str):
                 with contextlib.suppress(ValueError):
-                    v = json.loads(v)
+                    if not has_duplicates(v):
+                        v = parse(v)
             out[k] = normalize(v)
         if out.get("type") in ("input_text", "output_text"):
             out["type"] = "text"
         return out
     if isinstance(value, list):
         return [normalize(v) for v in value]
+    if isinstance(value, Number):
+        return _exact(value)
     return value
+
+
+def _exact(n: Number) -> Any:
+    """A number spelled unlike Python would write it, by its exact decimal value: the float whose shortest spelling
+    has that value (``1E2`` → ``100.0``, ``0.10`` → ``0.1``), else a Number in one spelling per value (an exponent
+    form Python never writes for a float or an int)."""
+    d = Decimal(n.text)
+    if n.text.lstrip("-").isdigit():  # an integer literal: -0 or past Python's digit limit
+        return Number(f"{d:E}")  # keeps -0 apart from 0
+    f = float(d)
+    if math.isfinite(f) and Decimal(repr(f)) == d and (math.copysign(1.0, f) < 0) == d.is_signed():
+        return f
+    return Number(f"{d.normalize():E}")
 
 
 def text_unit(value: Any) -> Any:
@@ -234,8 +359,11 @@ def value_digest(block: Block) -> bytes:
     hit = _VALUE_MEMO.get(block.digest)
     if hit is not None:
         return hit
-    env = json.loads(block.env) if block.env else None
-    out = digest(dumps(normalize(env)), json.dumps(normalize(text_unit(block.unit())), sort_keys=True).encode())
+    try:
+        env = parse(block.env) if block.env else None
+        out = digest(dumps(normalize(env)), encode_sorted(normalize(text_unit(block.unit()))).encode())
+    except (RecursionError, InputError):  # too deep to read for meaning: equal only to the same bytes
+        out = digest(b"bytes", block.digest)
     _VALUE_MEMO[block.digest] = out
     if len(_VALUE_MEMO) > _VALUE_MEMO_SIZE:
         _VALUE_MEMO.popitem(last=False)

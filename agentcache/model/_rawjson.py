@@ -1,9 +1,9 @@
-"""Request bodies parsed once, keeping the source text of their large parts.
+"""Request bodies parsed once, keeping the source text of their large parts; the one JSON codec of the process.
 
 A proxy receives each turn as bytes, and most of those bytes (tools, system, the history) are the bytes it
-saw the turn before. :func:`loads` parses a body exactly as :func:`json.loads` does (same scanner, same
-values) and also remembers, for every top-level value and every element of a top-level array, the slice of
-the source text it came from. With that:
+saw the turn before. :func:`loads` parses a body as :func:`json.loads` does (the same C scanner) and also
+remembers, for every top-level value and every element of a top-level array, the slice of the source text it
+came from. With that:
 
 * the session's block cache keys an unchanged message by its source text instead of encoding it again;
 * session inference hashes a message's source text (markers cut out) instead of encoding it;
@@ -12,33 +12,171 @@ the source text it came from. With that:
 
 A text is valid for a value only while that value is not mutated; the pipeline edits copy-on-write, so a
 value found by identity (:meth:`RawBody.text_of` checks ``is``) still has its source text.
+
+**Faithful values.** What agentcache encodes again (an edited unit, a unit re-sent in an earlier form) must mean
+what the client wrote, in the client's spelling, and be valid JSON (RFC 8259). So a number whose Python value
+would not write back as written (``1E2``, ``1e309``, ``1.5e-400``, ``0.10``, ``-0``, an integer past Python's
+4300-digit limit) parses to a :class:`Number`, which keeps its text and is written back as it (:data:`encode`);
+the non-JSON literals ``NaN``/``Infinity``/``-Infinity`` that :mod:`json` accepts are refused (``ValueError``, as
+any invalid JSON is); a text nested deeper than Python's parser can go raises :class:`NestingTooDeep` (an
+:class:`~agentcache.InputError`), never ``RecursionError``. Duplicate keys cannot live in a dict: top-level ones are
+noted (:attr:`RawBody.duplicates`) and :func:`has_duplicates` finds nested ones, so the pipeline can leave such a
+body as the client sent it. Only numbers take a Python call while parsing; objects stay on the C fast path.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RawBody", "dumps_spliced", "encode", "loads", "strip_markers"]
+from .._exceptions import InputError
 
-_scan: Any = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+__all__ = [
+    "NestingTooDeep",
+    "Number",
+    "RawBody",
+    "dumps_spliced",
+    "encode",
+    "encode_ascii",
+    "encode_sorted",
+    "has_duplicates",
+    "loads",
+    "parse",
+]
+
+
+class Number:
+    """A JSON number kept as the client wrote it (``text``), for the spellings a Python ``float``/``int`` would
+    write back differently. ``float(n)`` is its (possibly rounded) value; two are equal when their texts are."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __float__(self) -> float:
+        return float(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Number) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"Number({self.text!r})"
+
+
+class NestingTooDeep(InputError):
+    """A JSON text nested deeper than Python's parser (bounded by the recursion limit) can read."""
+
+
+_float_repr = float.__repr__
+_MAX_INT_DIGITS = 4000  # under CPython's int/str conversion limit (4300 digits)
+
+
+def _float(text: str) -> float | Number:
+    value = float(text)
+    return value if _float_repr(value) == text else Number(text)
+
+
+def _int(text: str) -> int | Number:
+    if text == "-0" or len(text) > _MAX_INT_DIGITS:
+        return Number(text)
+    return int(text)
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _pairs_strict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _Duplicate
+    return out
+
+
+_DECODER = json.JSONDecoder(parse_float=_float, parse_int=_int, parse_constant=_constant)
+_STRICT = json.JSONDecoder(
+    parse_float=_float, parse_int=_int, parse_constant=_constant, object_pairs_hook=_pairs_strict
+)
+_scan: Any = _DECODER.scan_once  # type: ignore[attr-defined]
 _scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 _WS = re.compile(r"[ \t\n\r]*")
 _SPACE = " \t\n\r"
-#: Compact JSON text, keys in stored order, non-ASCII kept: the one encoder of the process (``json.dumps`` with
-#: keyword arguments builds a new encoder per call). :mod:`agentcache.model._canonical` encodes units with it too.
-encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+# A Number goes through ``default``: as a JSON string holding a per-process nonce and its text, then unquoted. The
+# nonce is secret, so no client string can pass for one; a number's text needs no escaping.
+_NONCE = "\x00n" + secrets.token_hex(8) + ":"
+_NONCE_JSON = json.dumps(_NONCE)[1:-1]
+_UNQUOTE = re.compile('"' + re.escape(_NONCE_JSON) + '([^"]*)"')
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, Number):
+        return _NONCE + value.text
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _encoder(**kw: Any) -> Callable[[Any], str]:
+    enc = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default, **kw).encode
+    needle = _NONCE_JSON
+
+    def encode(value: Any) -> str:
+        out: str = enc(value)
+        return _UNQUOTE.sub(r"\1", out) if needle in out else out
+
+    return encode
+
+
+#: Compact JSON text, keys in stored order, non-ASCII kept, numbers as the client spelled them, never
+#: ``NaN``/``Infinity`` (``ValueError``): the one encoder of the process (``json.dumps`` with keyword arguments
+#: builds a new encoder per call). :mod:`agentcache.model._canonical` encodes units with it too.
+encode = _encoder(ensure_ascii=False)
+#: :data:`encode` with non-ASCII escaped (session inference hashes).
+encode_ascii = _encoder()
+#: :data:`encode` with keys sorted at every level (the meaning of a value,
+#: :func:`agentcache.model._canonical.value_digest`).
+encode_sorted = _encoder(ensure_ascii=False, sort_keys=True)
+
+
+def parse(text: str | bytes) -> Any:
+    """``text`` parsed as :func:`loads` parses a body (numbers as :class:`Number` where needed), without source
+    texts. Raises ``ValueError`` for invalid JSON (NaN/Infinity included) and :class:`NestingTooDeep`."""
+    try:
+        return _DECODER.decode(text if isinstance(text, str) else text.decode("utf-8"))
+    except RecursionError:
+        raise NestingTooDeep("JSON nested too deeply to read") from None
+
+
+def has_duplicates(text: str) -> bool:
+    """True when the JSON ``text`` has an object with a repeated key, at any depth. Raises as :func:`parse`."""
+    try:
+        _STRICT.decode(text)
+    except _Duplicate:
+        return True
+    except RecursionError:
+        raise NestingTooDeep("JSON nested too deeply to read") from None
+    return False
 
 
 @dataclass(slots=True)
 class RawBody:
     """The source text of a parsed body's parts: ``texts`` maps ``id(value)`` to ``(value, text)`` for
     every top-level value that is an object, an array or a string longer than 64 characters, and every element
-    of a top-level array that is an object or an array."""
+    of a top-level array that is an object or an array. ``duplicates``: the body repeats a top-level key."""
 
     texts: dict[int, tuple[Any, str]] = field(default_factory=dict)
+    duplicates: bool = False
 
     def text_of(self, value: Any) -> str | None:
         """The source text of ``value`` (found by identity), or None when it did not come from the body."""
@@ -81,11 +219,12 @@ def _array(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[list[Any]
             i = match(s, i).end()  # type: ignore[union-attr]
 
 
-def _object(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[dict[str, Any], int]:
+def _object(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[dict[str, Any], int, bool]:
     out: dict[str, Any] = {}
+    dup = False
     i = _ws(s, i + 1)
     if s[i] == "}":
-        return out, i + 1
+        return out, i + 1, dup
     while True:
         if s[i] != '"':
             raise _Malformed
@@ -100,50 +239,49 @@ def _object(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[dict[str
             value, i = _scan(s, i)
         if isinstance(value, dict | list) or (isinstance(value, str) and i - start > 64):
             texts[id(value)] = (value, s[start:i])  # long top-level strings too (a system prompt)
+        if key in out:
+            dup = True
         out[key] = value
         i = _ws(s, i)
         c = s[i]
         if c == "}":
-            return out, i + 1
+            return out, i + 1, dup
         if c != ",":
             raise _Malformed
         i = _ws(s, i + 1)
 
 
 def loads(raw: bytes) -> tuple[Any, RawBody | None]:
-    """``(value, texts)``: ``raw`` parsed as :func:`json.loads` parses it, with the source texts of its parts
-    when it is a UTF-8 JSON object (else ``texts`` is None). Raises ``ValueError`` (``json.JSONDecodeError``
-    or ``UnicodeDecodeError``) exactly where :func:`json.loads` would."""
+    """``(value, texts)``: ``raw`` parsed as :func:`json.loads` parses it (but see the module docstring: numbers,
+    NaN/Infinity), with the source texts of its parts when it is a UTF-8 JSON object (else ``texts`` is None).
+    Raises ``ValueError`` (``json.JSONDecodeError`` or ``UnicodeDecodeError``) where :func:`json.loads` would, and
+    :class:`NestingTooDeep` (an InputError) for a body nested too deeply to read."""
+    try:
+        return _loads(raw)
+    except RecursionError:
+        raise NestingTooDeep("request body nested too deeply to read") from None
+
+
+def _loads(raw: bytes) -> tuple[Any, RawBody | None]:
     try:
         s = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return json.loads(raw), None  # UTF-16/32 bodies, or json's own error
+        return _fallback(raw), None  # UTF-16/32 bodies, or json's own error
     i = _ws(s, 0)
     if i >= len(s) or s[i] != "{":
-        return json.loads(raw), None
+        return _fallback(raw), None
     texts: dict[int, tuple[Any, str]] = {}
     try:
-        value, end = _object(s, i, texts)
+        value, end, dup = _object(s, i, texts)
         if _ws(s, end) != len(s):
             raise _Malformed
     except (_Malformed, StopIteration, IndexError, ValueError):
-        return json.loads(raw), None  # raises json's own error message; parses if we were too strict
-    return value, RawBody(texts)
+        return _fallback(raw), None  # raises json's own error message; parses if we were too strict
+    return value, RawBody(texts, dup)
 
 
-# A marker with its separating comma, whichever side of it the comma is on: markers are flat objects.
-_MARKER = re.compile(
-    r'\s*,\s*"(?:cache_control|prompt_cache_breakpoint)"\s*:\s*(?:\{[^{}]*\}|"[^"]*"|true|false|null)'
-    r'|"(?:cache_control|prompt_cache_breakpoint)"\s*:\s*(?:\{[^{}]*\}|"[^"]*"|true|false|null)\s*,?\s*'
-)
-
-
-def strip_markers(text: str) -> str:
-    """``text`` (JSON source) with every ``cache_control``/``prompt_cache_breakpoint`` member cut out, so a
-    unit reads the same whether or not the client marked it this turn."""
-    if "cache_control" not in text and "prompt_cache_breakpoint" not in text:
-        return text
-    return _MARKER.sub("", text)
+def _fallback(raw: bytes) -> Any:
+    return json.loads(raw, parse_float=_float, parse_int=_int, parse_constant=_constant)
 
 
 def dumps_spliced(body: dict[str, Any], raw: RawBody | None) -> bytes:

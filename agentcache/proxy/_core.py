@@ -25,7 +25,7 @@ from starlette.responses import Response
 from .._exceptions import InputError
 from .._log import get_logger
 from ..model._fields import TurnReport
-from ..model._rawjson import dumps_spliced, loads
+from ..model._rawjson import NestingTooDeep, dumps_spliced, loads
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
@@ -72,9 +72,11 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     texts: Any = None
     try:
         parsed, texts = loads(raw)
+    except NestingTooDeep as exc:  # fail open: forwarded as sent, the upstream judges a body this deep
+        log.info("proxy.unreadable_request", api=api, error=str(exc))
     except ValueError as exc:  # UnicodeDecodeError and InputError included
         return state.own_error(route, provider, style, 400, f"request body is not valid JSON: {exc}")
-    except Exception as exc:  # our parser's own limit (RecursionError...): the client's bytes go as they are
+    except Exception as exc:  # our parser's own limit: the client's bytes go as they are
         state.fail_open("parse", exc)
     # Valid JSON that is no object (``[1,2]``, ``"x"``, ``5``, ``null``) is the upstream's to judge: forwarded as is.
     body: dict[str, Any] = parsed if isinstance(parsed, dict) else {}

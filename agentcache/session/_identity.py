@@ -24,7 +24,6 @@ chain (``scope``), so inference inside it never reaches another lineage.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,7 +31,8 @@ from hashlib import blake2b
 from typing import Any
 
 from .._exceptions import InputError
-from ..model._rawjson import RawBody, strip_markers
+from ..model._canonical import MARKER_KEYS, item_text, prefix_text
+from ..model._rawjson import RawBody
 
 __all__ = [
     "LOCAL_TENANT",
@@ -48,11 +48,10 @@ __all__ = [
 
 #: The tenant of sessions that no API key namespaces (the SDK wrappers, audits, replays, anonymous callers).
 LOCAL_TENANT = "anonymous"
-_MARKER_KEYS = frozenset({"cache_control", "prompt_cache_breakpoint"})
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 _TEXT_TYPES = frozenset({"text", "input_text"})
-_TEXT_KEYS = frozenset({"type", "text", *_MARKER_KEYS})
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+# A marker on the one block of a content list sits where both APIs define one (model/_canonical.MARKERS).
+_TEXT_KEYS = frozenset({"type", "text", *MARKER_KEYS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,19 +104,6 @@ def new_session_id() -> str:
     return "s-" + secrets.token_hex(8)
 
 
-def _unmarked(unit: Any) -> Any:
-    """A message without cache markers (on the message or its content blocks): moving a marker is not an edit."""
-    if not isinstance(unit, dict):
-        return unit
-    content = unit.get("content")
-    if isinstance(content, list) and any(isinstance(c, dict) and _MARKER_KEYS & c.keys() for c in content):
-        content = [{k: v for k, v in c.items() if k not in _MARKER_KEYS} if isinstance(c, dict) else c for c in content]
-        unit = {**unit, "content": content}
-    if _MARKER_KEYS & unit.keys():
-        unit = {k: v for k, v in unit.items() if k not in _MARKER_KEYS}
-    return unit
-
-
 def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
     """The conversation items of a wire body: Anthropic ``messages``; Chat ``messages`` and Responses
     ``input`` without system/developer messages. Raises InputError when the body has none."""
@@ -160,13 +146,6 @@ def _prefix_units(api: str, body: Mapping[str, Any]) -> list[Any]:
     return units
 
 
-def _bare(unit: Any) -> Any:
-    """``unit`` without cache markers on it or on its list elements (a system block list, a tool list)."""
-    if isinstance(unit, list):
-        return [_unmarked(u) if isinstance(u, dict) else u for u in unit]
-    return _unmarked(unit)
-
-
 def checkpoints_of(
     api: str, body: Mapping[str, Any], raw: RawBody | None = None, *, scope: str | None = None
 ) -> Checkpoints:
@@ -180,17 +159,16 @@ def checkpoints_of(
     h = blake2b(api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16)
     for item in conversation_of(api, body):
         flat = _text_block(item)
-        text = raw.text_of(item) if raw is not None and flat is None else None
-        if text is not None:
-            h.update(strip_markers(text).encode())
+        if flat is not None:  # read as its string form, encoded (its source text is the list form)
+            h.update(item_text(api, flat, None).encode())
         else:
-            h.update(_encode(_unmarked(flat if flat is not None else item)).encode())
+            h.update(item_text(api, item, raw.text_of(item) if raw is not None else None).encode())
         h.update(b"\x00")
         out.append(h.copy().digest())
     p = blake2b(digest_size=16)
     for unit in _prefix_units(api, body):
         text = raw.text_of(unit) if raw is not None and unit is not None else None
-        p.update((strip_markers(text) if text is not None else _encode(_bare(unit))).encode())
+        p.update(prefix_text(api, unit, text).encode())
         p.update(b"\x00")
     return Checkpoints(tuple(out), p.digest())
 

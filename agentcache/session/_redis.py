@@ -24,7 +24,6 @@ waiting on a dead server again.
 
 from __future__ import annotations
 
-import json
 import time
 import zlib
 from collections import OrderedDict
@@ -32,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._log import get_logger
+from ..model._rawjson import encode, parse
 from ._identity import Checkpoints, index_entries, match_checkpoints
 from ._snapshot import snapshot
 from ._store import Opened, SessionFactory, StoreUnavailable
@@ -237,7 +237,7 @@ class RedisStore:
             self._local.move_to_end(key)
             local.last_active = now
             return Opened(local)
-        doc = json.loads(zlib.decompress(state)) if state else None
+        doc = parse(zlib.decompress(state)) if state else None
         sess = create(tenant, sid, parent_s or None, lineage, gen_i, doc)
         sess.version, sess.turns, sess.explicit, sess.last_active = ver_i, int(turns), expl != "0", now
         if local is not None and local.generation == gen_i:
@@ -255,7 +255,7 @@ class RedisStore:
         """Record ``prepared`` as sent if the session is still at version ``base`` in Redis (atomic)."""
         assert session.target is not None
         doc = snapshot(prepared.state, session.target)
-        state = zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
+        state = zlib.compress(encode(doc).encode(), 1)  # numbers as the client spelled them
         entries = ""
         if not session.explicit:
             pairs = index_entries(checkpoints, self.index_checkpoints)
