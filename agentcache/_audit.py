@@ -100,7 +100,8 @@ def audit(
     ledger.finish()
     report = ledger.report(name, _report_model(recs, name, model))
     report.errors = errors
-    report.models = _models_seen(recs, name, model)
+    failed = {(e.source or "", e.record) for e in errors}
+    report.models = _models_seen([r for r in recs if (r.source or "", r.index) not in failed], name, model)
     report.provider_misses = provider_misses
     return report
 

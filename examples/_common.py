@@ -328,7 +328,7 @@ def serve_locally(stack: Any, base_url: str | None, via: str) -> str | None:
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
-            urllib.request.urlopen(url + "/v1/models", timeout=2).close()
+            urllib.request.urlopen(url + "/agentcache/v1/health", timeout=2).close()
             return url
         except OSError:
             time.sleep(0.1)

@@ -20,10 +20,10 @@ Candidates, in priority order; the first ``max_breakpoints`` that qualify are us
 Extra markers cost no write tokens (one write covers read point → deepest breakpoint); they only use
 slots. Never on an option, empty text or thinking block, nor on the string content of a ``role:
 "system"`` message inside ``messages`` (a marker would turn it into a block list, a form the Messages API
-documents for user and assistant turns; Claude Code sends these as strings); none of agentcache's own below the
-model's minimum cacheable length (a marker there caches nothing; a client's own marker there is kept). 1h markers always precede 5m ones (an earlier
-5m marker is raised to 1h). The plan is a pure function of its inputs, so planning an already planned
-request gives the same plan.
+documents for user and assistant turns; Claude Code sends these as strings); none of agentcache's own
+below the model's minimum cacheable length (a marker there caches nothing; a client's own marker there is
+kept). 1h markers always precede 5m ones (an earlier 5m marker is raised to 1h). The plan is a pure
+function of its inputs, so planning an already planned request gives the same plan.
 """
 
 from __future__ import annotations

@@ -61,6 +61,7 @@ def test_odd_records_cost_one_line_each_and_the_rest_is_audited(tmp_path: Path) 
     assert "nested too deeply" in lines[2]
     doc = json.loads(result.stdout)
     assert doc["totals"]["as_sent"]["requests"] == 3  # records 0, 4 and 5
+    assert sum(m["requests"] for m in doc["models"]) == 3  # a rejected record names no model either
     assert "Traceback" not in result.stderr
 
 

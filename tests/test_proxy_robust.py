@@ -340,3 +340,21 @@ def test_a_session_id_with_a_slash_is_closable() -> None:
             assert [s.path for s in fake.requests] == ["/v1/messages", "/v1/messages"]
 
     run(scenario())
+
+
+def test_the_live_report_names_each_tenants_models() -> None:
+    async def scenario() -> None:
+        async with proxy(admin_token="s3cret") as (client, _state, _):
+            await client.post("/v1/messages", json=anthropic_body(conversation(1)), headers=A)
+            await client.post(
+                "/v1/messages", json={**anthropic_body(conversation(1, run=1)), "model": "claude-nova-9"}, headers=B
+            )
+            mine = (await client.get("/agentcache/v1/report", headers=A)).json()["models"]
+            assert [(m["model"], m["known"], m["requests"]) for m in mine] == [("claude-opus-4-8", True, 1)]
+            every = (await client.get("/agentcache/v1/report", headers=ADMIN)).json()["models"]
+            assert {(m["model"], m["known"], m["priced_as"]) for m in every} == {
+                ("claude-opus-4-8", True, "claude-opus-4-8"),
+                ("claude-nova-9", False, "claude-opus-4-8"),
+            }
+
+    asyncio.run(scenario())

@@ -21,7 +21,8 @@ from collections import Counter
 from typing import Any
 
 from ..analysis._ledger import Ledger
-from ..analysis._report import AuditReport
+from ..analysis._report import AuditReport, ModelRecord
+from ..model._rules import lookup_model
 from ..model._types import TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
@@ -65,6 +66,8 @@ class LiveReport:
         self.max_names = max_names
         self.providers: Counter[str] = Counter()
         self.models: Counter[str] = Counter()
+        #: requests per (tenant, provider, model), for the report's ``models`` (a caller sees its own tenant's)
+        self.model_uses: Counter[tuple[str, str, str]] = Counter()
 
     def record(self, session: str, tenant: str, turn: Turn, usage: CacheUsage | None) -> None:
         """Add one committed request: its session key (``tenant/sid``), the turn and the reported usage."""
@@ -74,12 +77,14 @@ class LiveReport:
         provider, model = target.name, prepared.planned.model
         self._count(self.providers, provider)
         self._count(self.models, model)
+        if target.kind != TargetKind.ENGINE:  # an engine has no price table
+            self._count(self.model_uses, (tenant, str(target.kind), model or ""))
         done = self.ledger.record(session, turn.signal.turn, prepared, scope=tenant, usage=usage, target=target)
         if self.metrics is not None:  # the reported arm's cost comes from the turn's event
             label = provider_label(turn.api, target.kind == TargetKind.ENGINE)
             self.metrics.sink.record(label, model, done)
 
-    def _count(self, counts: Counter[str], name: str) -> None:
+    def _count(self, counts: Counter[Any], name: Any) -> None:
         counts[name] += 1
         if len(counts) > self.max_names:  # client-chosen strings: keep the most common only
             for rare, _ in counts.most_common()[self.max_names // 2 :]:
@@ -89,6 +94,7 @@ class LiveReport:
         """Estimated bytes the report holds (the constants above; names counted by their length)."""
         led = self.ledger
         names = sum(len(n) + 100 for c in (self.providers, self.models) for n in c)
+        names += sum(len(m) + 150 for _, _, m in self.model_uses)
         return (
             len(led.sessions) * SESSION_REPORT_BYTES
             + led.simulated_prefixes() * SIM_PREFIX_BYTES
@@ -98,7 +104,17 @@ class LiveReport:
 
     def report(self, tenant: str | None = None) -> AuditReport:
         """The report (only ``tenant``'s sessions, breaks and misses when given; totals are then theirs)."""
-        return self.ledger.report(_single(self.providers), _single(self.models), tenant)
+        report = self.ledger.report(_single(self.providers), _single(self.models), tenant)
+        uses: Counter[tuple[str, str]] = Counter()
+        for (who, provider, model), n in self.model_uses.items():
+            if tenant is None or who == tenant:
+                uses[provider, model] += n
+        report.models = [
+            ModelRecord(provider, model, known, priced_as, n)
+            for (provider, model), n in sorted(uses.items())
+            for priced_as, known in [lookup_model(provider, model or None)]
+        ]
+        return report
 
     def to_dict(self, tenant: str | None = None) -> dict[str, Any]:
         """The JSON document (audit schema)."""
