@@ -117,20 +117,25 @@ def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
     return [m for m in items if not (isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES)]
 
 
-def _text_block(item: Any) -> Any:
-    """``item`` with a one-text-block content list read as its string (the same message to a reader, and to
-    :mod:`agentcache.analysis._repair`); None when it has no such list."""
-    if not isinstance(item, dict):
+def _plain(item: Any) -> str | None:
+    """``"\x01<role>\x00<text>"`` for a message that is only a role and a text: string content, or a list of
+    one text block (the same message to a reader, and to :mod:`agentcache.analysis._repair`; a marker on that
+    block aside). Both forms hash alike, with no encoding; None for any other item. The leading ``\x01`` cannot
+    begin a JSON text, so no other item's hash input equals it."""
+    if not isinstance(item, dict) or len(item) > 3:
         return None
-    content = item.get("content")
+    role, content = item.get("role"), item.get("content")
+    if not isinstance(role, str) or len(item) != (3 if item.get("type") == "message" else 2):
+        return None
+    if isinstance(content, str):
+        return f"\x01{role}\x00{content}"
     if not (isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict)):
         return None
     block = content[0]
-    if block.get("type") not in _TEXT_TYPES or not isinstance(block.get("text"), str):
+    text = block.get("text")
+    if block.get("type") not in _TEXT_TYPES or not isinstance(text, str) or not block.keys() <= _TEXT_KEYS:
         return None
-    if not block.keys() <= _TEXT_KEYS:
-        return None
-    return {**item, "content": block["text"]}
+    return f"\x01{role}\x00{text}"
 
 
 def _prefix_units(api: str, body: Mapping[str, Any]) -> list[Any]:
@@ -158,9 +163,9 @@ def checkpoints_of(
     out: list[bytes] = []
     h = blake2b(api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16)
     for item in conversation_of(api, body):
-        flat = _text_block(item)
-        if flat is not None:  # read as its string form, encoded (its source text is the list form)
-            h.update(item_text(api, flat, None).encode())
+        plain = _plain(item)
+        if plain is not None:  # a role and a text: hashed as such, whichever of the two forms the client sent
+            h.update(plain.encode("utf-8", "surrogatepass"))
         else:
             h.update(item_text(api, item, raw.text_of(item) if raw is not None else None).encode())
         h.update(b"\x00")
