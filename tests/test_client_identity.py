@@ -70,7 +70,12 @@ def test_codex_subagent_is_its_own_session_in_its_parents_lineage() -> None:
                 assert fake.requests[-1].json()["prompt_cache_key"] == root  # the client's own key, kept
             assert sids == [root, root, child, child, root]
             assert _signal(state, child) == (root, root) and _signal(state, root) == (None, root)
-            assert state.report.to_dict()["breaks"] == []  # no false tools.removed at the subagent's first request
+            doc = state.report.to_dict()
+            assert doc["breaks"] == []  # no false tools.removed at the subagent's first request
+            # the live report links the subagent to its parent (session keys are tenant/id)
+            links = {s["session"].split("/", 1)[1]: (s.get("parent"), s.get("lineage")) for s in doc["sessions"]}
+            tenant = doc["sessions"][0]["session"].split("/", 1)[0]
+            assert links == {root: (None, None), child: (f"{tenant}/{root}", f"{tenant}/{root}")}
 
     asyncio.run(scenario())
 

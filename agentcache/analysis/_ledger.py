@@ -138,13 +138,17 @@ class Ledger:
         scope: str = "",
         usage: CacheUsage | None = None,
         target: Target | None = None,
+        parent: str | None = None,
+        lineage: str | None = None,
     ) -> Recorded:
         """Add one committed request: its ``session`` key, 0-based ``request`` index within the session, the
-        pipeline's :class:`~agentcache.session.Prepared`, its cache ``scope`` (tenant), the reported ``usage`` and
-        its session's ``target`` (default the ledger's)."""
+        pipeline's :class:`~agentcache.session.Prepared`, its cache ``scope`` (tenant), the reported ``usage``,
+        its session's ``target`` (default the ledger's) and, when known, its ``parent`` and ``lineage`` keys."""
         t = target or self.target
         assert t is not None, "a ledger without a target needs one per record"
         rep = self._session(session)
+        if parent is not None or lineage is not None:
+            rep.parent, rep.lineage = parent, lineage
         rep.requests += 1
         sc = self._scope(f"{scope}\x00{t.name}", t)
         now = sc.last = max(sc.last, prepared.at if prepared.at is not None else sc.last)

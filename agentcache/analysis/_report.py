@@ -151,19 +151,24 @@ class TurnRecord:
 
 @dataclass(slots=True)
 class SessionReport:
-    """Per-session metrics for each arm."""
+    """Per-session metrics for each arm; ``parent`` (a subagent's parent session key) and ``lineage`` (its root's)
+    when the door knows them (the proxy's live report), in the JSON only when set."""
 
     session: str
     requests: int = 0
     arms: dict[str, ArmMetrics] = field(default_factory=lambda: {a: ArmMetrics() for a in ARMS})
+    parent: str | None = None
+    lineage: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON object."""
-        return {
-            "session": self.session,
-            "requests": self.requests,
-            "arms": {a: m.to_dict() for a, m in self.arms.items()},
-        }
+        out: dict[str, Any] = {"session": self.session, "requests": self.requests}
+        if self.parent is not None:
+            out["parent"] = self.parent
+        if self.lineage is not None and self.lineage != self.session:
+            out["lineage"] = self.lineage
+        out["arms"] = {a: m.to_dict() for a, m in self.arms.items()}
+        return out
 
 
 @dataclass(slots=True)

@@ -79,7 +79,19 @@ class LiveReport:
         self._count(self.models, model)
         if target.kind != TargetKind.ENGINE:  # an engine has no price table
             self._count(self.model_uses, (tenant, str(target.kind), model or ""))
-        done = self.ledger.record(session, turn.signal.turn, prepared, scope=tenant, usage=usage, target=target)
+        sess = turn.session
+        parent = f"{tenant}/{sess.parent}" if sess.parent else None
+        lineage = f"{tenant}/{sess.lineage}" if sess.lineage else None
+        done = self.ledger.record(
+            session,
+            turn.signal.turn,
+            prepared,
+            scope=tenant,
+            usage=usage,
+            target=target,
+            parent=parent,
+            lineage=lineage,
+        )
         if self.metrics is not None:  # the reported arm's cost comes from the turn's event
             label = provider_label(turn.api, target.kind == TargetKind.ENGINE)
             self.metrics.sink.record(label, model, done)
