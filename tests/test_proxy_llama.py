@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -65,13 +66,19 @@ def _requests(label: str) -> tuple[str, list[list[tuple[str, str]]]]:
 
 
 @pytest.fixture(scope="module")
-def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerThread, Any]]:
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """One llama-server for the module (its tests use distinct prompts, so they share no prefix)."""
     assert SMOLLM2 is not None
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    with LlamaServer(SMOLLM2, log_path=log, ctx_size=16384) as engine:
-        app = create_app(ProxyConfig(upstream=engine.base_url, engine="llama"), settings=settings())
-        with ServerThread(app) as server:
-            yield server, app.state.proxy
+    with LlamaServer(SMOLLM2, log_path=log, ctx_size=16384) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def proxied(engine: LlamaServer) -> Iterator[tuple[ServerThread, Any]]:
+    app = create_app(ProxyConfig(upstream=engine.base_url, engine="llama"), settings=settings())
+    with ServerThread(app) as server:
+        yield server, app.state.proxy
 
 
 def _grows(cached: list[int], shown: str) -> None:
@@ -138,3 +145,41 @@ def test_chat_completions_through_proxy_reuse_grows(proxied: tuple[ServerThread,
     doc = state.report.to_dict()
     mine = [s for s in doc["sessions"] if s["arms"]["reported"]["cache_read_tokens"] == sum(cached)]
     assert len(mine) == 1 and mine[0]["requests"] == TURNS, f"{shown}; report: {json.dumps(doc['sessions'])}"
+
+
+# ---- stale keep-alive connections (issue 12, item 5) ------------------------------------------------------------
+# llama-server closes its keep-alive connection after every streamed response (without ``Connection: close``), up
+# to a few milliseconds after the last chunk; a request sent on that connection in between failed with "502
+# upstream unavailable (RemoteProtocolError)" (4 of 30 alternating requests before the fix). With the engine
+# declared (``agentcache serve``) or recognised at start-up, every request must succeed, and reach the engine once.
+STALE_REQUESTS = 10
+
+
+def _count(text: str, prefix: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+@pytest.mark.parametrize("declared", ["llama.cpp", "none"])
+def test_streamed_then_plain_requests_all_succeed(engine: LlamaServer, declared: str) -> None:
+    app = create_app(ProxyConfig(upstream=engine.base_url, engine=declared), settings=settings())
+    statuses: list[tuple[bool, int]] = []
+    with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        for i in range(STALE_REQUESTS):
+            stream = i % 2 == 0
+            doc: dict[str, Any] = {
+                "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": f"Say {i}."}],
+                "max_tokens": 4,
+                "temperature": 0,
+                "stream": stream,
+            }
+            with client.stream("POST", "/v1/chat/completions", json=doc) as r:
+                body = r.read()
+                statuses.append((stream, r.status_code))
+                if stream and r.status_code == 200:
+                    assert body.rstrip().endswith(b"data: [DONE]")
+        metrics = app.state.proxy.metrics.render().decode()
+    assert statuses == [(i % 2 == 0, 200) for i in range(STALE_REQUESTS)]
+    assert _count(metrics, "agentcache_proxy_upstream_errors_total{") == 0
+    # Every streamed response's connection was closed by the proxy, never reused.
+    closed = _count(metrics, 'agentcache_proxy_stale_connections_total{action="closed_after_stream"}')
+    assert closed == STALE_REQUESTS // 2
