@@ -95,51 +95,34 @@ _MARKER_TEXT = {
 
 
 def item_text(api: str, item: Any, text: str | None) -> str:
-    """The text session inference hashes for conversation ``item``: its source ``text`` (None: not known) with the
-    markers ``api`` defines on its content parts cut out, so an item reads the same whether or not the client
-    marked it this turn. The source text is cut directly when every occurrence of the marker key in it is such a
-    marker (the usual case: one string scan); otherwise the item is encoded without them (the same choice every
-    turn for the same item, so its hash is stable)."""
-    if text is not None:
-        spec = MARKERS.get(api)
-        if spec is None or spec[0] not in text:
-            return text  # the usual case: one string scan
-        key, n = _item_marks(api, item)
+    """The text session inference hashes for a unit: a conversation ``item``, or a prefix unit (the tools list,
+    the system list or string, ``instructions``, one system message). Its source ``text`` (None: not known) with
+    the markers ``api`` defines on it (on content parts; on ``tools[i]``/``system[i]`` for Anthropic) cut out, so
+    a unit reads the same whether or not the client marked it this turn. The source text is cut directly when
+    every occurrence of the marker key in it is such a marker (the usual case: one string scan); otherwise the
+    unit is encoded without them (the same choice every turn for the same unit, so its hash is stable)."""
+    spec = MARKERS.get(api)
+    if text is not None and (spec is None or spec[0] not in text):
+        return text  # the usual case: one string scan
+    bare, n = _unmarked_unit(api, item)
+    if text is not None and spec is not None:
+        key = spec[0]
         if text.count(f'"{key}"') == n:
             cut = _MARKER_TEXT[key].sub("", text)
             if f'"{key}"' not in cut:
                 return cut
-    return str(encode_ascii(unmarked_item(api, item)))
+    return str(encode_ascii(bare))
 
 
 def _unmarked_unit(api: str, unit: Any) -> tuple[Any, int]:
-    """``(unit without its markers, how many it had)`` for a prefix ``unit`` (see :func:`prefix_text`)."""
+    """``(unit without the markers api defines on it, how many it had)`` (see :func:`item_text`)."""
     key = MARKERS[api][0] if api in MARKERS else ""
     if isinstance(unit, list) and api == "anthropic.messages":  # tools[i] and system[i] take a marker
         n = sum(1 for u in unit if isinstance(u, dict) and key in u)
         if not n:
             return unit, 0
         return [{k: v for k, v in u.items() if k != key} if isinstance(u, dict) else u for u in unit], n
-    if isinstance(unit, dict):  # an OpenAI system/developer message: markers on its content parts
-        return unmarked_item(api, unit), _item_marks(api, unit)[1]
-    return unit, 0
-
-
-def prefix_text(api: str, unit: Any, text: str | None) -> str:
-    """The text session inference hashes for a prefix ``unit`` (the tools list, the system list or string,
-    ``instructions``, one system message): its source ``text`` (None: not known) with the markers ``api``
-    defines on it cut out, as :func:`item_text` does for conversation items."""
-    if text is not None:
-        key = MARKERS[api][0] if api in MARKERS else ""
-        if not key or f'"{key}"' not in text:
-            return text
-        bare, n = _unmarked_unit(api, unit)
-        if text.count(f'"{key}"') == n:
-            cut = _MARKER_TEXT[key].sub("", text)
-            if f'"{key}"' not in cut:
-                return cut
-        return str(encode_ascii(bare))
-    return str(encode_ascii(_unmarked_unit(api, unit)[0]))
+    return unmarked_item(api, unit), _item_marks(api, unit)[1]  # a message: markers on its content parts
 
 
 #: Content block types that carry media (``messages.media_changed``).

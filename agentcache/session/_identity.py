@@ -31,7 +31,7 @@ from hashlib import blake2b
 from typing import Any
 
 from .._exceptions import InputError
-from ..model._canonical import MARKER_KEYS, item_text, prefix_text
+from ..model._canonical import MARKER_KEYS, item_text
 from ..model._rawjson import RawBody
 
 __all__ = [
@@ -173,7 +173,7 @@ def checkpoints_of(
     p = blake2b(digest_size=16)
     for unit in _prefix_units(api, body):
         text = raw.text_of(unit) if raw is not None and unit is not None else None
-        p.update(prefix_text(api, unit, text).encode())
+        p.update(item_text(api, unit, text).encode())
         p.update(b"\x00")
     return Checkpoints(tuple(out), p.digest())
 
