@@ -26,14 +26,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import __version__
 from ._audit import audit as run_audit
+from ._cli_base import Group, engine_metavar, engine_option
 from ._cli_errors import EXIT_BAD_INPUT, Errors, fail, load_all
 from ._exceptions import ConfigError
+from ._install import install_hint
 from ._log import get_logger
 from ._logging import LEVELS, RENDERERS, configure_logging
 from .analysis._html import render_html
 from .analysis._render import make_console, render_report
 from .analysis._report import AuditReport
 from .loaders import FORMATS, Record
+from .model._types import Engine
 
 __all__ = ["app", "main"]
 
@@ -49,10 +52,18 @@ class ProviderChoice(StrEnum):
 FormatChoice = Enum("FormatChoice", {f.replace("-", "_"): f for f in FORMATS}, type=str)  # type: ignore[misc]
 #: Show a progress bar (on a terminal) when auditing more records than this.
 PROGRESS_THRESHOLD = 200
+#: Commands that run a server: they log at info by default (each request, start and stop), as uvicorn does;
+#: the analyses (audit, replay) log at warning so their tables stay readable.
+SERVER_COMMANDS = ("proxy", "serve")
+
+_PROXY_ENGINES = ("none",), (Engine.SGLANG, Engine.LLAMA_CPP, Engine.VLLM, Engine.OTHER)
+_SERVE_ENGINES = ("auto",), (Engine.SGLANG, Engine.LLAMA_CPP)
+_REPLAY_ENGINES = ("auto",), (Engine.SGLANG, Engine.LLAMA_CPP, Engine.OTHER)
 
 log = get_logger("agentcache.cli")
 
 app = typer.Typer(
+    cls=Group,
     name="agentcache",
     help="Keep LLM agents' prompt prefixes cache-stable, prove it with numbers, explain every miss.",
     no_args_is_help=True,
@@ -69,23 +80,34 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
     log_format: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--log-format", envvar="AGENTCACHE_LOG_FORMAT", help=f"Log lines on stderr: {' or '.join(RENDERERS)}."
+            "--log-format",
+            metavar="[" + "|".join(RENDERERS) + "]",
+            envvar="AGENTCACHE_LOG_FORMAT",
+            help="Log lines on stderr: console (default; colours on a terminal) or json (one object per line).",
         ),
-    ] = "console",
+    ] = None,
     log_level: Annotated[
-        str,
-        typer.Option("--log-level", envvar="AGENTCACHE_LOG_LEVEL", help=f"Minimum log level: {', '.join(LEVELS)}."),
-    ] = "warning",
+        str | None,
+        typer.Option(
+            "--log-level",
+            metavar="[" + "|".join(LEVELS) + "]",
+            envvar="AGENTCACHE_LOG_LEVEL",
+            help=f"Minimum log level. Default: info for {' and '.join(SERVER_COMMANDS)}, warning for the others.",
+        ),
+    ] = None,
 ) -> None:
     """agentcache: prompt-cache discipline for LLM agents."""
+    # Format and level are independent: each given one is kept, each missing one takes its own default.
+    level = log_level or ("info" if ctx.invoked_subcommand in SERVER_COMMANDS else "warning")
     try:
-        configure_logging(log_format, log_level)
+        configure_logging(log_format or "console", level)
     except ConfigError as exc:
         raise fail(str(exc)) from None
 
@@ -199,7 +221,12 @@ def serve_command(
         typer.Argument(metavar="[-- EXTRA_ENGINE_ARGS]", help="Passed to every engine process, after '--'."),
     ] = None,
     engine: Annotated[
-        str, typer.Option(help="auto (a .gguf file: llama.cpp, else SGLang), sglang or llama.cpp.")
+        str,
+        typer.Option(
+            metavar=engine_metavar([*_SERVE_ENGINES[0], *_SERVE_ENGINES[1]]),
+            callback=engine_option(*_SERVE_ENGINES),
+            help="auto: a .gguf file is served by llama.cpp, anything else by SGLang (alias of llama.cpp: llama).",
+        ),
     ] = "auto",
     host: Annotated[str, typer.Option(help="Address clients connect to.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port clients connect to (engines use the next ones).")] = 30000,
@@ -259,7 +286,6 @@ def serve_command(
 
 @app.command("proxy")
 def proxy_command(
-    ctx: typer.Context,
     upstream: Annotated[
         str | None,
         typer.Option(
@@ -277,8 +303,11 @@ def proxy_command(
     engine: Annotated[
         str | None,
         typer.Option(
-            help="The local engine behind --upstream: sglang (session_id, /close_session), llama.cpp (id_slot), "
-            "vllm or other. Default (none): detected from a URL upstream's info endpoints, else a provider."
+            metavar=engine_metavar([*_PROXY_ENGINES[0], *_PROXY_ENGINES[1]]),
+            callback=engine_option(*_PROXY_ENGINES),
+            help="The local engine behind --upstream: sglang (session_id, /close_session), llama.cpp (id_slot; "
+            "alias llama), vllm or other. Default (none): detected from a URL upstream's info endpoints, else a "
+            "provider.",
         ),
     ] = None,
     admin_token: Annotated[
@@ -300,12 +329,7 @@ def proxy_command(
         from ._config import configure
         from .proxy import load_proxy_config, serve
     except ImportError as exc:
-        raise fail(f"the proxy needs the 'proxy' extra: pip install 'agentcache[proxy]' ({exc})") from None
-    root = ctx.parent
-    if root is not None:  # one JSON line per request, unless --log-format/--log-level say otherwise
-        sources = [root.get_parameter_source(n) for n in ("log_format", "log_level")]
-        if all(s is None or s.name == "DEFAULT" for s in sources):  # by name: typer may vendor its own click
-            configure_logging("json", "info")
+        raise fail(f"the proxy needs the 'proxy' extra ({exc}): {install_hint('proxy')}") from None
     try:
         settings = configure(config)
         proxy_config = load_proxy_config(
@@ -361,7 +385,14 @@ def replay_command(
     max_turns: Annotated[int | None, typer.Option(help="Replay only the first N requests of each session.")] = None,
     sessions: Annotated[int | None, typer.Option(help="Replay only the first N sessions.")] = None,
     model: Annotated[str | None, typer.Option(help="Model name to send (default: the server's, or recorded).")] = None,
-    engine: Annotated[str, typer.Option(help="auto, llama.cpp, sglang or other (default: detected).")] = "auto",
+    engine: Annotated[
+        str,
+        typer.Option(
+            metavar=engine_metavar([*_REPLAY_ENGINES[0], *_REPLAY_ENGINES[1]]),
+            callback=engine_option(*_REPLAY_ENGINES),
+            help="The server's engine (auto: asked from its info endpoints; alias of llama.cpp: llama).",
+        ),
+    ] = "auto",
     api_key: Annotated[
         str | None, typer.Option(envvar="AGENTCACHE_REPLAY_API_KEY", help="Sent as Bearer / x-api-key.")
     ] = None,
@@ -376,7 +407,7 @@ def replay_command(
     try:
         from .replay import ReplayConfig, render_table, replay
     except ImportError as exc:  # httpx is the replay's own dependency
-        raise fail(f"agentcache replay needs {exc.name or 'httpx'}: pip install 'agentcache[serve]'") from None
+        raise fail(f"agentcache replay needs {exc.name or 'httpx'}: {install_hint('serve')}") from None
 
     errors = Errors()
     records = load_all(paths, fmt.value if fmt is not None else None, None if tools is None else str(tools), errors)

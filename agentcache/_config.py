@@ -7,13 +7,18 @@ defaults. Configure once at start-up (:func:`configure`); :func:`reset_settings`
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._exceptions import ConfigError
+
+
+#: ``target`` values other than an engine name.
+_TARGET_WORDS = ("auto", "anthropic", "openai", "engine")
 
 
 class Settings(BaseSettings):
@@ -43,6 +48,14 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="AGENTCACHE_", extra="ignore")
 
+    def __init__(self, *args: Any, **values: Any) -> None:
+        """Read ``values``, then the environment. Raises ConfigError (a ValueError) naming each bad setting,
+        where it can come from, its value and what is expected (never pydantic's multi-line text)."""
+        try:
+            super().__init__(*args, **values)
+        except ValidationError as exc:
+            raise invalid(exc, "AGENTCACHE_") from None
+
     markers: Literal["merge", "own"] = "merge"
     ttl_policy: Literal["auto", "5m", "1h"] = "auto"
     keep_warm: bool = False
@@ -65,15 +78,38 @@ class Settings(BaseSettings):
     @field_validator("target")
     @classmethod
     def _check_target(cls, value: str) -> str:
-        from .model._types import parse_engine
+        from .model._types import Engine, engine_aliases, parse_engine
 
         key = value.strip().lower()
-        if key not in ("auto", "anthropic", "openai", "engine"):
-            parse_engine(key)  # raises ConfigError (a ValueError) listing the engines
-        return key
+        if key in _TARGET_WORDS:
+            return key
+        try:
+            return parse_engine(key).value  # the engine's canonical name (llama -> llama.cpp)
+        except ConfigError:
+            engines = ", ".join(e.value for e in Engine)
+            raise ValueError(
+                f"expected one of {', '.join(_TARGET_WORDS)} or an engine: {engines} (aliases: {engine_aliases()})"
+            ) from None
 
 
 _settings: Settings | None = None
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML document at ``path``. Raises ConfigError with one line: the file cannot be opened (the OS
+    reason), is not text (a binary file), or is not TOML (the parser's line and column)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read config {path}: not a TOML text file (binary, not UTF-8)") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"cannot read config {path}: not valid TOML: {exc}") from None
 
 
 def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
@@ -81,10 +117,7 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     the environment, and ``overrides``. Raises ConfigError for a bad file or value."""
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        raw = read_toml(path)
         if "agentcache" in raw:
             data = raw["agentcache"]
             if not isinstance(data, dict):
@@ -96,25 +129,74 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
             raise ConfigError(
                 f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(Settings.model_fields)}"
             )
+    return build(Settings, data, path=path, overrides=overrides)
+
+
+class SettingsInvalid(ConfigError):
+    """Settings values failed validation. ``errors``: pydantic's error dicts (``loc``, ``msg``, ``input``,
+    ``ctx``), kept so a loader that knows where each value came from can say so."""
+
+    def __init__(self, message: str, errors: list[Any]):
+        super().__init__(message)
+        self.errors = errors
+
+
+_Model = TypeVar("_Model", bound=BaseSettings)
+
+
+def build(
+    cls: type[_Model],
+    file_values: dict[str, Any],
+    *,
+    path: str | Path | None = None,
+    table: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    flags: bool = False,
+) -> _Model:
+    """``cls`` (a settings class whose ``__init__`` raises :class:`SettingsInvalid`) from ``file_values``
+    (``path``'s ``[table]``), the environment, and ``overrides``, in rising precedence. Raises ConfigError
+    naming for each bad value where it came from: ``--name`` (``flags``: overrides are command-line options) or
+    the argument, the environment variable, or the key in the file."""
+    prefix = str(cls.model_config.get("env_prefix", ""))
     try:
-        # Environment beats the file: pass file values only where no env var is set.
-        env = Settings()
-        merged = {**data, **{k: v for k, v in env.model_dump().items() if k in env.model_fields_set}}
-        return Settings.model_validate({**merged, **overrides})
-    except ValidationError as exc:
-        raise ConfigError(_explain(exc, path)) from None
-    except ValueError as exc:
-        raise ConfigError(f"invalid settings: {exc}") from None
+        env = cls()  # the environment alone: a bad variable is named as such
+    except SettingsInvalid as exc:
+        raise ConfigError(explain(exc.errors, lambda name: f"{prefix}{name.upper()}")) from None
+    from_env = {k: v for k, v in env.model_dump().items() if k in env.model_fields_set}
+    given = overrides or {}
+    try:
+        return cls(**{**file_values, **from_env, **given})
+    except SettingsInvalid as exc:
+
+        def where(name: str) -> str:
+            if name in given:
+                return f"--{name.replace('_', '-')}" if flags else f"argument {name}"
+            if name in from_env or name not in file_values:
+                return f"{prefix}{name.upper()}"
+            return f"{name} in {f'[{table}] of ' if table else ''}{path}"
+
+        raise ConfigError(explain(exc.errors, where)) from None
 
 
-def _explain(exc: ValidationError, path: str | Path | None) -> str:
-    """One line per bad value of ``exc``: the setting, where it can come from, the value and what is expected."""
+def explain(errors: list[Any], where: Callable[[str], str]) -> str:
+    """One clause per bad value in ``errors`` (pydantic's error dicts), joined by ``; ``: the setting, ``where``
+    its value came from, the value and what is expected. No pydantic boilerplate or documentation links: a
+    validator's own ValueError is shown as its message."""
     parts = []
-    for err in exc.errors(include_url=False):
-        name = ".".join(str(p) for p in err["loc"]) or "settings"
-        where = f"AGENTCACHE_{name.upper()}" + (f" or {name} in {path}" if path is not None else "")
-        parts.append(f"invalid setting {name} ({where}): {err.get('input')!r}: {err['msg']}")
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ())]
+        name = ".".join(loc) or "settings"
+        cause = (err.get("ctx") or {}).get("error")
+        what = str(cause) if isinstance(cause, ValueError) else err.get("msg", "invalid")
+        parts.append(f"invalid setting {name}={err.get('input')!r} ({where(loc[0] if loc else name)}): {what}")
     return "; ".join(parts)
+
+
+def invalid(exc: ValidationError, env_prefix: str) -> SettingsInvalid:
+    """The :class:`SettingsInvalid` for a settings class's ``__init__`` failing with ``exc``: values are named
+    by their environment variable (or the keyword argument, when one was given)."""
+    errors = exc.errors(include_url=False)
+    return SettingsInvalid(explain(errors, lambda n: f"{env_prefix}{n.upper()} or argument {n}"), errors)
 
 
 def configure(path: str | Path | None = None, **overrides: Any) -> Settings:

@@ -92,7 +92,8 @@ def test_proxy_config_binary_file_is_one_line(tmp_path: Path) -> None:
     result = invoke("proxy", "--config", path)
     assert result.exit_code == 2
     lines = error_lines(result)
-    assert len(lines) == 1 and f"cannot read config {path}" in lines[0]
+    assert len(lines) == 1 and f"cannot read config {path}: not a TOML text file" in lines[0]
+    assert "codec" not in lines[0]
 
 
 @pytest.mark.parametrize(("fail_on", "code"), [(None, 0), (2, 1)])

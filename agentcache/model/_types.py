@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from .._exceptions import ConfigError
 
-__all__ = ["Api", "Engine", "TargetKind", "parse_engine"]
+__all__ = ["Api", "Engine", "TargetKind", "engine_aliases", "parse_engine"]
 
 
 class Api(StrEnum):
@@ -57,11 +57,18 @@ _ENGINE_ALIASES: dict[str, Engine] = {
 }
 
 
+def engine_aliases() -> str:
+    """The accepted spellings other than the canonical ones, for help and error text
+    (``llama, llamacpp, llama-cpp, llama_cpp``)."""
+    return ", ".join(k for k, e in _ENGINE_ALIASES.items() if k != e.value)
+
+
 def parse_engine(name: str) -> Engine:
-    """The engine named ``name`` (canonical spelling or an alias such as ``llama``). Raises ConfigError, listing
-    the choices, for anything else."""
+    """The engine named ``name`` (canonical spelling or an alias such as ``llama``; case and surrounding blanks
+    ignored). The one place engine names are normalised: the CLI, the proxy config, ``serve`` and the settings'
+    ``target`` all call it. Raises ConfigError, listing the choices, for anything else."""
     engine = _ENGINE_ALIASES.get(name.strip().lower())
     if engine is None:
         choices = ", ".join(e.value for e in Engine)
-        raise ConfigError(f"unknown engine {name!r}; expected one of {choices} (aliases: llama, llamacpp)")
+        raise ConfigError(f"unknown engine {name!r}; expected one of {choices} (aliases: {engine_aliases()})")
     return engine

@@ -8,15 +8,15 @@ Precedence: explicit arguments > environment > file > the ``DEFAULT_*`` constant
 from __future__ import annotations
 
 import ipaddress
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .._config import build, invalid, read_toml
 from .._exceptions import ConfigError
 from ..model._types import parse_engine
 
@@ -83,6 +83,14 @@ class ProxyConfig(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="AGENTCACHE_PROXY_", extra="ignore", frozen=True)
 
+    def __init__(self, *args: Any, **values: Any) -> None:
+        """Read ``values``, then the environment. Raises ConfigError (a ValueError) naming each bad option, where
+        it can come from, its value and what is expected."""
+        try:
+            super().__init__(*args, **values)
+        except ValidationError as exc:
+            raise invalid(exc, "AGENTCACHE_PROXY_") from None
+
     upstream: str = "anthropic"
     engine: str = "none"
     host: str = DEFAULT_HOST
@@ -126,7 +134,7 @@ class ProxyConfig(BaseSettings):
             return value
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"upstream must be one of {sorted(UPSTREAMS)} or an http(s) URL, got {value!r}")
+            raise ValueError(f"expected {' or '.join(UPSTREAMS)}, or an http(s) URL such as http://127.0.0.1:30000")
         return value.rstrip("/")
 
     @property
@@ -151,10 +159,7 @@ def load_proxy_config(path: str | Path | None = None, **overrides: Any) -> Proxy
     Raises ConfigError for an unreadable file or an invalid value."""
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config {path}: {exc}") from None
+        raw = read_toml(path)
         table = raw.get("proxy", {})
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [proxy] must be a table")
@@ -166,13 +171,8 @@ def load_proxy_config(path: str | Path | None = None, **overrides: Any) -> Proxy
             hint = [k for k in unknown if k in Settings.model_fields]
             where = f" ({', '.join(hint)}: a pipeline setting, it goes under [agentcache])" if hint else ""
             raise ConfigError(f"{path}: unknown [proxy] option(s) {', '.join(unknown)}{where}")
-    try:
-        env = ProxyConfig()
-        from_env = {k: v for k, v in env.model_dump().items() if k in env.model_fields_set}
-        given = {k: v for k, v in overrides.items() if v is not None}
-        return ProxyConfig.model_validate({**data, **from_env, **given})
-    except ValueError as exc:
-        raise ConfigError(f"invalid proxy settings: {exc}") from None
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return build(ProxyConfig, data, path=path, table="proxy", overrides=given, flags=True)
 
 
 def unknown_env(environ: Mapping[str, str]) -> list[str]:

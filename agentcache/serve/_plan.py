@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from .._exceptions import ConfigError
+from ..model._types import engine_aliases, parse_engine
 
 __all__ = [
     "DEFAULT_MOONCAKE_PORT",
@@ -144,13 +145,18 @@ class ServeOptions:
     @property
     def resolved_engine(self) -> Engine:
         """``sglang`` or ``llama.cpp`` (``auto``: a ``.gguf`` model file means llama.cpp)."""
-        if self.engine == "sglang":
+        if self.engine.strip().lower() == "auto":
+            return "llama.cpp" if self.model.lower().endswith(".gguf") else "sglang"
+        try:
+            name = parse_engine(self.engine).value  # the one normalisation of engine names (aliases: llama, ...)
+        except ConfigError:
+            name = ""
+        if name == "sglang":
             return "sglang"
-        if self.engine in ("llama.cpp", "llamacpp", "llama"):
+        if name == "llama.cpp":
             return "llama.cpp"
-        if self.engine != "auto":
-            raise ConfigError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
-        return "llama.cpp" if self.model.lower().endswith(".gguf") else "sglang"
+        aliases = engine_aliases()
+        raise ConfigError(f"--engine {self.engine!r}: expected one of {', '.join(ENGINES)} (aliases: {aliases})")
 
     def validate(self) -> None:
         """Raise ConfigError for combinations that cannot work, whatever the machine."""
