@@ -348,6 +348,11 @@ def proxy_command(
     except Exception as exc:  # a config file no reader anticipated: still one line, never a traceback
         log.debug("proxy.config_failed", exc_info=True)
         raise fail(f"cannot read config {config}: {type(exc).__name__}: {exc}") from None
+    from .serve._preflight import port_in_use
+
+    where = (proxy_config.host, proxy_config.port)
+    if proxy_config.port and port_in_use(*where):  # before proxy.start, not a uvicorn traceback after it
+        raise fail(f"port {where[1]} on {where[0]} is already in use: stop what listens there, or choose another --port")
     serve(proxy_config, settings)
 
 

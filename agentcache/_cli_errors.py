@@ -22,6 +22,9 @@ EXIT_BAD_INPUT = 2
 
 log = get_logger("agentcache.cli")
 
+#: Values people give boolean switches; a missing file of that name was meant as one.
+_SWITCH_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
+
 
 class Errors:
     """Counts bad-input errors and prints each as one line on stderr. Errors about single records are held
@@ -61,6 +64,9 @@ def load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: Erro
     """Records of every loadable file, in argument order; every problem goes to ``errors``."""
     records: list[Record] = []
     for path in paths:
+        if path.name.lower() in _SWITCH_WORDS and not path.exists():  # ``--json true FILE``: true is a path here
+            errors.add(f"{path}: no such file; switches take no value (write --json, not --json {path.name})")
+            continue
         try:
             result = load(path, fmt, tools_path=tools)
         except InputError as exc:

@@ -12,8 +12,9 @@ import json
 import logging
 import operator
 import os
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 
@@ -66,6 +67,15 @@ _OPS = {
     ast.Pow: operator.pow,
     ast.USub: operator.neg,
 }
+
+
+def sdk_missing(module: str) -> NoReturn:
+    """Exit with one line naming the missing SDK and how to install it (agentcache's ``sdk`` extra), instead of
+    an ImportError traceback."""
+    raise SystemExit(
+        f"{os.path.basename(sys.argv[0])}: this example needs the {module} SDK: pip install 'agentcache[sdk]' "
+        "(from a clone: pip install -e '.[sdk]')"
+    )
 
 
 def anthropic_tools() -> list[dict[str, Any]]:

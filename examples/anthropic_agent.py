@@ -23,10 +23,24 @@ import os
 import sys
 from typing import Any
 
-import anthropic
-from _common import SYSTEM, Recorder, agent_args, anthropic_tools, parse_args, print_summary, run_tool, summary
+from _common import (
+    SYSTEM,
+    Recorder,
+    agent_args,
+    anthropic_tools,
+    parse_args,
+    print_summary,
+    run_tool,
+    sdk_missing,
+    summary,
+)
 
 import agentcache
+
+try:
+    import anthropic
+except ImportError:  # agentcache's 'sdk' extra
+    sdk_missing("anthropic")
 
 DEFAULT_TASK = "Is it warmer in Lisbon or in Oslo right now, and by how many degrees Fahrenheit?"
 

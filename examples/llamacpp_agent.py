@@ -24,10 +24,24 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import openai
-from _common import SYSTEM, Recorder, configure_logs, openai_tools, parse_args, print_summary, run_tool, summary
+from _common import (
+    SYSTEM,
+    Recorder,
+    configure_logs,
+    openai_tools,
+    parse_args,
+    print_summary,
+    run_tool,
+    sdk_missing,
+    summary,
+)
 
 import agentcache
+
+try:
+    import openai
+except ImportError:  # agentcache's 'sdk' extra
+    sdk_missing("openai")
 
 FOLLOW_UPS = [
     "How warm is it in Lisbon right now?",

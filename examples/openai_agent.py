@@ -23,10 +23,24 @@ import os
 import sys
 from typing import Any
 
-import openai
-from _common import SYSTEM, Recorder, agent_args, openai_tools, parse_args, print_summary, run_tool, summary
+from _common import (
+    SYSTEM,
+    Recorder,
+    agent_args,
+    openai_tools,
+    parse_args,
+    print_summary,
+    run_tool,
+    sdk_missing,
+    summary,
+)
 
 import agentcache
+
+try:
+    import openai
+except ImportError:  # agentcache's 'sdk' extra
+    sdk_missing("openai")
 
 DEFAULT_TASK = "Is it warmer in Lisbon or in Oslo right now, and by how many degrees Fahrenheit?"
 

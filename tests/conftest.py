@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,25 @@ def anthropic_messages(n: int, run: int = 0) -> list[dict[str, Any]]:
         role = "user" if i % 2 == 0 else "assistant"
         out.append({"role": role, "content": [{"type": "text", "text": f"{texts[i % len(texts)]} (turn {i})"}]})
     return out
+
+
+def skip_reasons(reports: list[Any]) -> list[tuple[int, str]]:
+    """``(count, reason)`` per distinct skip reason of ``reports`` (pytest's skipped test reports), most first."""
+    counts: Counter[str] = Counter()
+    for report in reports:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        counts[str(reason).removeprefix("Skipped: ").strip() or "no reason given"] += 1
+    return sorted(((n, r) for r, n in counts.items()), key=lambda nr: (-nr[0], nr[1]))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Why tests were skipped, grouped (``101 skipped: 96 need ...``), even under ``-q``: a bare count hides
+    whether a skip is the expected missing GPU/SGLang or a fixture that should have been there."""
+    reports = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "when", "") != "teardown"]
+    if not reports:
+        return
+    grouped = skip_reasons(reports)
+    terminalreporter.write_line(f"{len(reports)} skipped: " + "; ".join(f"{n} {r}" for n, r in grouped[:1]))
+    for n, reason in grouped[1:]:
+        terminalreporter.write_line(f"  {n} {reason}")

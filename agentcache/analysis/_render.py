@@ -174,7 +174,8 @@ def _render_breaks(breaks: list[BreakRecord], console: Console, limit: int) -> N
 
 
 def _render_misses(misses: list[MissRecord], console: Console) -> None:
-    """Misses grouped by (arm, cause) with counts, tokens lost and rejected requests."""
+    """Misses grouped by arm (the report's arms first, in :data:`ARMS` order, then the --compare arms by name),
+    within an arm by cause, most misses first (ties: most tokens lost), with tokens lost and rejected requests."""
     if not misses:
         console.print("No cache misses.")
         return
@@ -183,9 +184,12 @@ def _render_misses(misses: list[MissRecord], console: Console) -> None:
         groups[(m.arm, m.cause)].append(m)
     order = {arm: i for i, arm in enumerate(ARMS)}
     table = _table("Misses by arm and cause", ["arm", "cause", ">misses", ">tokens lost", ">rejected"])
-    for (arm, cause), items in sorted(
-        groups.items(), key=lambda kv: (order.get(kv[0][0], len(order)), -sum(m.tokens_lost for m in kv[1]))
-    ):
+
+    def rank(kv: tuple[tuple[str, str], list[MissRecord]]) -> tuple[int, str, int, int]:
+        (arm, _), items = kv
+        return order.get(arm, len(order)), arm, -len(items), -sum(m.tokens_lost for m in items)
+
+    for (arm, cause), items in sorted(groups.items(), key=rank):
         table.add_row(
             arm, cause, _int(len(items)), _int(sum(m.tokens_lost for m in items)), _int(sum(m.rejected for m in items))
         )
@@ -216,7 +220,7 @@ def _sessions_table(sessions: list[SessionReport], limit: int) -> Table:
 
     top = sorted(sessions, key=saving, reverse=True)[:limit]
     table = _table(
-        f"Top {len(top)} sessions by saving (as_sent − agentcache)",
+        f"Top {_plural(len(top), 'session')} by saving (as_sent − agentcache)",
         [
             "session",
             ">requests",

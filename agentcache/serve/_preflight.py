@@ -5,7 +5,8 @@ child starts, each with a suggested fix.
 import, which binaries exist); :func:`check` is a pure function of the options, the plan and that
 :class:`Machine`, so tests can describe any machine. Checks: the engine is installed (and how to install it),
 SGLang has a GPU (enough for ``--workers`` × tensor parallelism), host memory holds the requested L2 (and the
-Mooncake segments), the router and Mooncake pieces exist, the L3 directory is writable, and every port is free.
+Mooncake segments), the router and Mooncake pieces exist, the L3 directory is writable, every port is free,
+and the proxy put in front (``--proxy``, the default) has its ``proxy`` extra installed.
 """
 
 from __future__ import annotations
@@ -20,11 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._engines.llama import INSTALL_HINT, find_llama_server
+from .._install import install_hint
 from ._build import Toolchain
 from ._plan import LOOPBACK, ServeOptions, ServePlan
 from ._sglang import SGLANG_VERSION, tp_size
 
-__all__ = ["Machine", "Problem", "check", "port_in_use", "probe_machine", "proxy_available", "toolchain"]
+__all__ = [
+    "Machine",
+    "Problem",
+    "check",
+    "port_in_use",
+    "probe_machine",
+    "proxy_available",
+    "proxy_missing",
+    "toolchain",
+]
 
 GIB = 1024**3
 #: Share of a GPU that SGLang's static pool takes (weights + KV), for the L2 estimate with a ratio.
@@ -33,8 +44,10 @@ _STATIC_FRACTION = 0.85
 _HOST_HEADROOM = 0.9
 #: Memory each engine contributes to an agentcache-started Mooncake pool (``_sglang.MOONCAKE_SEGMENT``).
 _MOONCAKE_SEGMENT_BYTES = 4 * GIB
-#: What ``python -m agentcache proxy`` needs: the proxy package and the command line's library.
-_PROXY_MODULES = ("agentcache.proxy", "typer")
+#: What ``python -m agentcache proxy`` imports: the command line's library and the ``proxy`` extra
+#: (``pyproject.toml``: starlette, uvicorn, httpx, anyio, prometheus-client). ``agentcache.proxy`` itself is always
+#: there (it is part of agentcache); without the extra it fails at import, after the engine started.
+_PROXY_MODULES = ("typer", "starlette", "uvicorn", "httpx", "anyio", "prometheus_client")
 
 SGLANG_INSTALL = (
     f"install SGLang {SGLANG_VERSION} in its own environment and pass its interpreter: "
@@ -61,7 +74,8 @@ class Machine:
     """What :func:`probe_machine` found. ``gpus_mib``: memory of each GPU in MiB (0 when unknown).
     ``mem_available``: host bytes available (None: unknown). ``sglang``/``sglang_router``/``mooncake``:
     importable by the engine's interpreter (None: that interpreter does not run). ``smg``,
-    ``mooncake_master``, ``llama_server``: binaries found, or None. ``proxy``: ``agentcache.proxy`` exists."""
+    ``mooncake_master``, ``llama_server``: binaries found, or None. ``proxy``: the agentcache proxy can run
+    (``proxy_missing``: the modules of its ``proxy`` extra that are not installed)."""
 
     gpus_mib: tuple[int, ...] = ()
     mem_available: int | None = None
@@ -72,6 +86,7 @@ class Machine:
     mooncake_master: str | None = None
     llama_server: str | None = None
     proxy: bool = False
+    proxy_missing: tuple[str, ...] = ()
 
 
 def _python_has(python: str, module: str) -> bool | None:
@@ -126,22 +141,34 @@ def _binary(name: str, python: str) -> str | None:
     return str(beside) if beside is not None and beside.is_file() and os.access(beside, os.X_OK) else None
 
 
+def proxy_missing() -> tuple[str, ...]:
+    """The modules the agentcache proxy (:func:`._build.proxy_argv`'s ``python -m agentcache proxy``) needs that
+    are not installed here; ``()`` when it can run. Found, not imported: serve never imports the command line,
+    which imports serve."""
+    missing = []
+    for name in _PROXY_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return tuple(missing)
+
+
 def proxy_available() -> bool:
-    """True when the agentcache proxy can run here: ``agentcache.proxy`` and ``typer`` (the command line that
-    runs it, :func:`._build.proxy_argv`'s ``python -m agentcache proxy``) are importable. Found, not imported:
-    serve never imports the command line, which imports serve."""
-    try:
-        return all(importlib.util.find_spec(name) is not None for name in _PROXY_MODULES)
-    except (ImportError, ValueError):
-        return False
+    """True when the agentcache proxy can run here (:func:`proxy_missing` finds nothing missing)."""
+    return not proxy_missing()
 
 
 def probe_machine(options: ServeOptions) -> Machine:
     """Look at this machine for ``options`` (runs the engine's interpreter a few times for SGLang)."""
-    proxy = proxy_available()
+    missing = proxy_missing()
+    proxy = not missing
     if options.resolved_engine == "llama.cpp":
         found = find_llama_server()
-        return Machine(mem_available=_mem_available(), llama_server=str(found) if found else None, proxy=proxy)
+        llama = str(found) if found else None
+        return Machine(mem_available=_mem_available(), llama_server=llama, proxy=proxy, proxy_missing=missing)
     python = options.python
     needs_router = options.workers > 1
     mooncake = options.l3 is not None and options.l3.kind == "mooncake"
@@ -154,6 +181,7 @@ def probe_machine(options: ServeOptions) -> Machine:
         smg=_binary("smg", python) if needs_router else None,
         mooncake_master=_binary("mooncake_master", python) if mooncake else None,
         proxy=proxy,
+        proxy_missing=missing,
     )
 
 
@@ -170,12 +198,17 @@ def toolchain(machine: Machine) -> Toolchain:
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """True when ``host:port`` cannot be bound now (something listens there, or it is reserved)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    """True when ``host:port`` cannot be bound now (something listens there, or it is reserved). False when
+    ``host`` does not resolve (the server's own bind then says why)."""
+    try:
+        family = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0][0]
+    except (OSError, UnicodeError):
+        return False
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         # As servers do: connections of a process that just stopped (TIME_WAIT) must not count as "in use".
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
+            sock.bind((host.strip("[]"), port))
         except OSError:
             return True
     return False
@@ -218,7 +251,17 @@ def check(
     problems = list(_engine_problems(options, machine))
     problems += _memory_problems(options, machine)
     problems += _port_problems(plan, busy)
+    problems += _proxy_problems(options, machine)
     return problems
+
+
+def _proxy_problems(options: ServeOptions, machine: Machine) -> Iterable[Problem]:
+    if options.proxy and not machine.proxy:
+        missing = ", ".join(machine.proxy_missing) or "its dependencies"
+        yield Problem(
+            f"the agentcache proxy in front (--proxy, the default) needs the 'proxy' extra: {missing} not installed",
+            f"{install_hint('proxy')}, or pass --no-proxy to let clients connect to the engine directly",
+        )
 
 
 def _engine_problems(options: ServeOptions, machine: Machine) -> Iterable[Problem]:

@@ -228,9 +228,10 @@ class Supervisor:
         return next((c for c in self.children if c.process.poll() is not None), None)
 
     def _fail_exited(self, child: _Child, when: str) -> None:
-        code = child.process.returncode
-        reason = f"exited with code {code} {when}" if code >= 0 else f"was killed by signal {-code} {when}"
-        self.failure = Failure(child.spec.name, reason, _exit_code(code), child.log_path, tail(child.log_path))
+        self.failure = Failure(
+            child.spec.name, exit_reason(child.process.returncode, when), _exit_code(child.process.returncode),
+            child.log_path, tail(child.log_path),
+        )  # fmt: skip
 
     def _wait_ready(self, stage: list[ProcessSpec]) -> bool:
         """Block until every child of ``stage`` is ready; False on a failure or a requested stop."""
@@ -324,3 +325,17 @@ class _Display:
             self.console.print(
                 f"agentcache serve: {name} ready after {seconds:.1f}s", markup=False, highlight=False, soft_wrap=True
             )
+
+
+def exit_reason(code: int, when: str = "") -> str:
+    """How a child ended, for the failure line: ``exited with code 3 while starting``, ``was killed by signal 9
+    (SIGKILL)`` (``code``: a Popen return code, negative for a signal; ``when``: optional, e.g. ``while
+    starting``)."""
+    if code >= 0:
+        what = f"exited with code {code}"
+    else:
+        try:
+            what = f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            what = f"was killed by signal {-code}"
+    return f"{what} {when}" if when else what
