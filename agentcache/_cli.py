@@ -352,7 +352,9 @@ def proxy_command(
 
     where = (proxy_config.host, proxy_config.port)
     if proxy_config.port and port_in_use(*where):  # before proxy.start, not a uvicorn traceback after it
-        raise fail(f"port {where[1]} on {where[0]} is already in use: stop what listens there, or choose another --port")
+        raise fail(
+            f"port {where[1]} on {where[0]} is already in use: stop what listens there, or choose another --port"
+        )
     serve(proxy_config, settings)
 
 

@@ -77,4 +77,3 @@ def engine_option(extra: Sequence[str], engines: Sequence[Engine]) -> Callable[[
         return engine.value
 
     return check
-

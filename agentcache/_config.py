@@ -16,7 +16,6 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ._exceptions import ConfigError
 
-
 #: ``target`` values other than an engine name.
 _TARGET_WORDS = ("auto", "anthropic", "openai", "engine")
 
