@@ -4,6 +4,7 @@
   ``<bool>`` included, so ``--json <bool>`` reads as if it took a value (``--json true FILE`` then audits a file
   named ``true``). The group turns every boolean flag of itself and of each of its commands (``--help`` too)
   into a :class:`_Switch`, whose help shows no value: one place, for every command, present and future.
+* Usage errors print ``agentcache: error: <what>`` first, like every other error of the command line.
 * :func:`engine_option` is the ``--engine`` callback: one spelling per engine (aliases accepted, through
   :func:`agentcache.model._types.parse_engine`), the choices in the help, a bad name one error line.
 """
@@ -13,11 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import typer
 from typer.core import TyperGroup, TyperOption
 
-from ._cli_errors import fail
+from ._cli_errors import EXIT_BAD_INPUT, fail
 from ._exceptions import ConfigError
 from .model._types import Engine, engine_aliases, parse_engine
+
+try:  # typer >= 0.24 carries its own copy of click
+    from typer._click.exceptions import UsageError
+except ImportError:  # pragma: no cover - older typer on click
+    from click.exceptions import UsageError  # type: ignore[assignment]
 
 __all__ = ["Group", "engine_metavar", "engine_option"]
 
@@ -36,8 +43,35 @@ def _plain_switches(params: Iterable[Any]) -> None:
             param.__class__ = _Switch
 
 
+def _usage_exit(exc: UsageError) -> typer.Exit:
+    """Print a usage error as ``agentcache: error: <what>`` then ``Try '... --help' for help.``; the Exit(2)
+    to raise. (Typer's own rendering starts with the usage line and boxes the error below it.)"""
+    what = exc.format_message().replace("Value error, ", "")
+    typer.echo(f"agentcache: error: {' '.join(what.split())}", err=True)
+    if exc.ctx is not None:
+        typer.echo(f"Try '{exc.ctx.command_path} --help' for help.", err=True)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
 class Group(TyperGroup):
-    """The ``agentcache`` group: boolean flags, its own and its commands', render as plain switches."""
+    """The ``agentcache`` group: boolean flags, its own and its commands', render as plain switches; usage
+    errors (unknown option, bad value) start with one ``agentcache: error:`` line."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare ``agentcache``: the help, as typer prints it
+                raise
+            raise _usage_exit(exc) from None
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                raise
+            raise _usage_exit(exc) from None
 
     def get_params(self, ctx: Any) -> list[Any]:
         params = super().get_params(ctx)

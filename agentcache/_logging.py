@@ -9,8 +9,10 @@ is chosen with ``--log-format`` / ``AGENTCACHE_LOG_FORMAT`` (``console`` or ``js
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -18,7 +20,7 @@ import structlog
 from ._exceptions import ConfigError
 from ._log import ROOT
 
-__all__ = ["LEVELS", "RENDERERS", "configure_logging", "reset_logging"]
+__all__ = ["LEVELS", "RENDERERS", "configure_logging", "reset_logging", "without_events"]
 
 RENDERERS: tuple[str, ...] = ("console", "json")
 LEVELS: dict[str, int] = {
@@ -91,6 +93,26 @@ def configure_logging(renderer: str = "console", level: str = "warning") -> None
     root.setLevel(LEVELS[lv])
     root.propagate = False
     _handler, _configured = handler, settings
+
+
+@contextlib.contextmanager
+def without_events(*events: str) -> Iterator[None]:
+    """While in the block, the stderr handler drops the named events (e.g. ``model.unknown`` while the audit
+    report itself names the unknown models: said once, not twice). Nothing to drop when logging is not
+    configured."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        msg = record.msg
+        return not (isinstance(msg, dict) and msg.get("event") in events)
+
+    handler = _handler
+    if handler is not None:
+        handler.addFilter(keep)
+    try:
+        yield
+    finally:
+        if handler is not None:
+            handler.removeFilter(keep)
 
 
 def reset_logging() -> None:

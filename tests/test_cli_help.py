@@ -21,6 +21,7 @@ from agentcache import _cli as cli
 from agentcache._config import Settings, load_settings
 from agentcache._log import get_logger
 from agentcache._logging import reset_logging
+from agentcache.model import _rules
 from agentcache.model._types import Engine, parse_engine
 from agentcache.proxy._config import ProxyConfig, load_proxy_config
 from agentcache.serve import ServeOptions
@@ -261,3 +262,36 @@ def test_examples_name_a_missing_sdk(tmp_path: Path, example: str, sdk: str) -> 
 
 def test_engine_enum_values_are_the_canonical_spellings() -> None:
     assert [e.value for e in Engine] == ["sglang", "llama.cpp", "vllm", "other"]
+
+
+# --- leftovers: usage errors, the unknown model --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "first"),
+    [
+        (["audit", K01, "--provider", "gemini"], "Invalid value for '--provider': 'gemini' is not one of"),
+        (["proxy", "--bogus"], "No such option: --bogus"),
+        (["nonsense"], "No such command 'nonsense'."),
+        (["audit"], "Missing argument 'PATH'."),
+    ],
+)
+def test_usage_errors_start_with_one_error_line(args: list[str | Path], first: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"agentcache: error: {first}"), result.stderr
+    assert lines[1].startswith("Try 'agentcache") and lines[1].endswith(" --help' for help.")
+    assert len(lines) == 2 and result.stdout == ""
+
+
+def test_unknown_model_is_named_once_in_the_table() -> None:
+    tau = ROOT / "data" / "tau-bench" / "gpt-4o-airline.json"
+    _rules._warned.clear()  # the model.unknown warning is once per process: start and end with a fresh memo
+    try:
+        result = invoke("audit", tau, "--provider", "anthropic")
+    finally:
+        _rules._warned.clear()
+    assert result.exit_code == 0
+    assert "model.unknown" not in result.stderr
+    assert result.stdout.count("gpt-4o (") == 1 and "unknown anthropic model gpt-4o" in result.stdout
