@@ -56,6 +56,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .._exceptions import ConfigError
+from .._install import install_hint
 from ..model._fields import EVENTS, LifecycleEvent
 from ..model._provider import reason_label
 from ..model._rules import anthropic_rules, openai_rules
@@ -101,7 +102,7 @@ class PrometheusSink:
         try:
             prometheus = importlib.import_module("prometheus_client")
         except ImportError:
-            raise ConfigError("PrometheusSink needs prometheus_client: pip install 'agentcache[sinks]'") from None
+            raise ConfigError(f"PrometheusSink needs prometheus_client: {install_hint('sinks')}") from None
         reg = registry if registry is not None else prometheus.REGISTRY
         counter, ns = prometheus.Counter, namespace
         self.events = counter(

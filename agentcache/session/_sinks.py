@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._exceptions import ConfigError
+from .._install import install_hint
 from .._log import get_logger
 from ..model._fields import LifecycleEvent, SessionSignal
 from ._metrics import PrometheusSink
@@ -30,7 +31,7 @@ def _optional(module: str, user: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ConfigError(f"{user} needs {module}: pip install 'agentcache[sinks]'") from None
+        raise ConfigError(f"{user} needs {module}: {install_hint('sinks')}") from None
 
 
 def _origin(url: str | None) -> str | None:
