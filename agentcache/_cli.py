@@ -1,7 +1,9 @@
 """The ``agentcache`` command line (console script ``agentcache = agentcache._cli:main``).
 
 A typer app with one subcommand per tool (``audit``, ``proxy``, ``serve``, ``replay``)
-and the global options ``--version``, ``--log-format`` and ``--log-level``.
+and the global options ``--version``, ``--log-format`` and ``--log-level`` (independent: console lines by default;
+level info for the servers ``proxy``/``serve``, warning for the analyses). Typer plumbing (switches shown as
+switches, ``--engine`` names, usage errors) is in :mod:`agentcache._cli_base`.
 
 Bad input never produces a traceback: every unreadable file, unknown format, malformed record or invalid
 option value is reported as one line on stderr (``agentcache: error: <file> record <n>: <what>``), the
