@@ -17,7 +17,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, StrictUndefined, Template, select_autoescape
 
 from .. import __version__
-from ._html_charts import arm_colors, cost_chart, share_by_request_chart, token_chart, turn_chart
+from ._html_charts import arm_colors, cost_chart, share_by_request_chart, token_chart, turn_chart, turn_columns
 from ._html_view import build_view
 from ._report import AuditReport
 
@@ -46,10 +46,15 @@ def render_html(report: AuditReport, inputs: Sequence[str] = (), *, top: int = 1
     arms = list(report.totals)
     colors = arm_colors(arms)
     for d in view.details:
-        peak = max((u.prompt_tokens for t in d.turns for u in t.arms.values()), default=1)
-        d.charts = [{"arm": a, "chart": turn_chart(a, d.turns, peak)} for a in arms if a in d.report.arms]
+        shown = [a for a in arms if a in d.report.arms]
+        peak = max((c[2] for a in shown for c in turn_columns(a, d.turns)), default=1)
+        d.charts = [{"arm": a, "chart": turn_chart(a, d.turns, peak)} for a in shown]
+    by_name = {a.name: a for a in view.arms}
     return _template().render(
         v=view,
+        base=by_name.get("as_sent"),
+        agentcache=by_name.get("agentcache") if "as_sent" in by_name else None,
+        ideal=by_name.get("ideal"),
         colors=colors,
         token_chart=token_chart(report.totals),
         cost_chart=cost_chart(report.totals, colors),

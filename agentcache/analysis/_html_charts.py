@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 from ._report import ArmMetrics, TurnRecord
 
-__all__ = ["Chart", "arm_colors", "cost_chart", "share_by_request_chart", "token_chart", "turn_chart"]
+__all__ = ["Chart", "arm_colors", "cost_chart", "share_by_request_chart", "token_chart", "turn_chart", "turn_columns"]
 
-_PALETTE = ("#00897b", "#ef6c00", "#5e35b1", "#c2185b", "#6d4c41", "#0097a7", "#7cb342", "#3949ab")
+_PALETTE = ("#00897b", "#ef6c00", "#6d4c41", "#c2185b", "#0097a7", "#7cb342", "#3949ab", "#546e7a")
 _FIXED = {"as_sent": "#9e9e9e", "agentcache": "#1565c0", "ideal": "#8e24aa", "reported": "#263238"}
 
 
@@ -170,13 +170,21 @@ def cost_chart(totals: dict[str, ArmMetrics], colors: dict[str, str]) -> Chart:
     return chart
 
 
-def turn_chart(arm: str, turns: Sequence[TurnRecord], top_tokens: int) -> Chart:
-    """Vertical stacked columns, one per request of a session, for ``arm``: cache-read / cache-write / uncached
-    tokens, y axis in tokens up to ``top_tokens`` (shared by the session's panels), x axis the request index."""
+#: Most columns in one per-request chart; longer sessions are drawn in buckets of consecutive requests.
+MAX_COLUMNS = 60
+
+
+def turn_chart(arm: str, turns: Sequence[TurnRecord], top_tokens: int | None = None) -> Chart:
+    """Vertical stacked columns, one per request of a session (or per bucket of consecutive requests, summed, past
+    :data:`MAX_COLUMNS`), for ``arm``: cache-read / cache-write / uncached tokens, y axis in tokens up to
+    ``top_tokens`` (default: this chart's tallest column; pass one value to give a session's panels one scale), x
+    axis the request index."""
     width, height = 460.0, 210.0
     left, right, top, bottom = 48.0, 8.0, 8.0, 34.0
     plot_w, plot_h = width - left - right, height - top - bottom
-    ticks = nice_ticks(max(top_tokens, 1), 4)
+    columns = turn_columns(arm, turns)
+    peak = top_tokens if top_tokens is not None else max((c[2] for c in columns), default=1)
+    ticks = nice_ticks(max(peak, 1), 4)
     scale = plot_h / ticks[-1]
     chart = Chart(width, height, f"{arm}: prompt tokens per request")
     y0 = height - bottom
@@ -185,28 +193,46 @@ def turn_chart(arm: str, turns: Sequence[TurnRecord], top_tokens: int) -> Chart:
         chart.grid.append((left, y, width - right, y))
         chart.texts.append(Text(left - 4, y + 4, compact(t), "end", "tick"))
     chart.axes.append((left, y0, width - right, y0))
-    band = plot_w / max(len(turns), 1)
-    step = max(1, math.ceil(len(turns) / 10))
-    for i, t in enumerate(turns):
-        u = t.arms.get(arm)
+    band = plot_w / max(len(columns), 1)
+    step = max(1, math.ceil(len(columns) / 10))
+    for i, (label, parts, prompt, cost) in enumerate(columns):
         x = left + i * band
         if i % step == 0:
-            chart.texts.append(Text(_r(x + band / 2), y0 + 14, str(t.request), "middle", "tick"))
-        if u is None:
+            chart.texts.append(Text(_r(x + band / 2), y0 + 14, label.split("-")[0], "middle", "tick"))
+        if prompt == 0 and cost == 0:
             continue
         rects, y = [], y0
-        for (kind, _), v in zip(_KINDS, (u.cache_read_tokens, u.cache_write_tokens, u.uncached_tokens), strict=True):
+        for (kind, _), v in zip(_KINDS, parts, strict=True):
             if v:
                 h = v * scale
                 y -= h
                 rects.append(Rect(_r(x + band * 0.1), _r(y), _r(band * 0.8), _r(h), kind))
-        title = (
-            f"request {t.request}: {u.prompt_tokens:,} prompt tokens, {u.cache_read_tokens:,} read, "
-            f"{u.cache_write_tokens:,} written, {u.uncached_tokens:,} uncached; ${u.cost_usd:.4f}"
-        )
+        read, write, uncached = parts
+        title = f"request {label}: {prompt:,} tokens; {read:,} read, {write:,} written, {uncached:,} uncached; ${cost:.4f}"
         chart.groups.append(Group(title, rects))
     chart.texts.append(Text(left + plot_w / 2, height - 4, "request (0-based, within the session)", "middle", "axis-title"))
     return chart
+
+
+def turn_columns(arm: str, turns: Sequence[TurnRecord]) -> list[tuple[str, tuple[int, int, int], int, float]]:
+    """``arm``'s per-request usage as chart columns ``(label, (read, write, uncached), prompt tokens, USD)``: one
+    per request, or per bucket of consecutive requests (label ``first-last``) when there are more than
+    :data:`MAX_COLUMNS`."""
+    per = max(1, math.ceil(len(turns) / MAX_COLUMNS))
+    out = []
+    for i in range(0, len(turns), per):
+        chunk = turns[i : i + per]
+        read = write = uncached = prompt = 0
+        cost = 0.0
+        for t in chunk:
+            u = t.arms.get(arm)
+            if u is not None:
+                read, write, uncached = read + u.cache_read_tokens, write + u.cache_write_tokens, uncached + u.uncached_tokens
+                prompt += u.prompt_tokens
+                cost += u.cost_usd
+        label = str(chunk[0].request) if per == 1 else f"{chunk[0].request}-{chunk[-1].request}"
+        out.append((label, (read, write, uncached), prompt, cost))
+    return out
 
 
 def share_by_request_chart(turns: Sequence[TurnRecord], arms: Sequence[str], colors: dict[str, str]) -> Chart | None:

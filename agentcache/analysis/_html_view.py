@@ -5,7 +5,8 @@ Everything is taken from the report as the audit computed it: the per-arm totals
 ``as_sent`` (:meth:`ArmMetrics.saved_against`, the terminal's "saved" column), the sessions, breaks, misses, TTL
 decisions and provider diagnoses. Arms are read from the report, so an arm the audit adds appears without a change
 here (described as "no description" until :data:`ARM_HELP` names it). The size stays bounded on large inputs: the
-per-session detail covers the ``detail`` sessions agentcache saves the most on, the sessions table the ``top`` first,
+per-session detail covers the ``detail`` sessions agentcache saves the most on (fewer when their charts would pass
+:data:`COLUMN_BUDGET` columns), the sessions table the ``top`` first,
 the rest are summed in one row; misses, breaks and TTL decisions are grouped, with at most ``max_rows`` rows each.
 """
 
@@ -16,9 +17,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._html_charts import MAX_COLUMNS
 from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord, provider_summary
 
-__all__ = ["ARM_HELP", "ReportView", "build_view"]
+__all__ = ["ARM_HELP", "COLUMN_BUDGET", "ReportView", "build_view"]
+
+#: Most chart columns (requests x arms) in the per-session detail: what keeps a report with many arms small.
+COLUMN_BUDGET = 500
 
 #: What each arm means (the legend of the page). Sources: agentcache/_audit.py and analysis/_ledger.py (the arms),
 #: policies/anchors.py (the ``--compare`` baseline strategies).
@@ -138,7 +143,8 @@ def build_view(
     ranked = sorted(report.sessions, key=lambda s: -(_session_saving(s) or 0.0))
     shown = ranked[:top]
     by_session: dict[str, list[TurnRecord]] = defaultdict(list)
-    wanted = {s.session for s in ranked[:detail]}
+    chosen = _detail_sessions(ranked, detail, len(report.totals))
+    wanted = {s.session for s in chosen}
     for t in report.turns:
         if t.session in wanted:
             by_session[t.session].append(t)
@@ -151,7 +157,7 @@ def build_view(
             sorted((b for b in report.breaks if b.session == s.session), key=lambda b: b.request)[:max_rows],
             ttl_runs(by_session.get(s.session, []))[:max_rows],
         )
-        for s in ranked[:detail]
+        for s in chosen
     ]
     pd = provider_summary(report.provider_misses)
     return ReportView(
@@ -174,6 +180,20 @@ def build_view(
         rest=_rest(ranked[top:]),
         details=details,
     )
+
+
+def _detail_sessions(ranked: list[SessionReport], detail: int, arms: int) -> list[SessionReport]:
+    """The first ``detail`` sessions of ``ranked`` whose per-request charts fit :data:`COLUMN_BUDGET` columns in all
+    (the first always shown)."""
+    out: list[SessionReport] = []
+    used = 0
+    for s in ranked[:detail]:
+        cost = min(s.requests, MAX_COLUMNS) * arms
+        if out and used + cost > COLUMN_BUDGET:
+            break
+        out.append(s)
+        used += cost
+    return out
 
 
 def _session_saving(s: SessionReport) -> float | None:
