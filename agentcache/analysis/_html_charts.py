@@ -8,7 +8,7 @@ Token segments use the kinds ``read`` (cache read), ``write`` (cache write) and 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ._report import ArmMetrics, TurnRecord
@@ -208,9 +208,13 @@ def turn_chart(arm: str, turns: Sequence[TurnRecord], top_tokens: int | None = N
                 y -= h
                 rects.append(Rect(_r(x + band * 0.1), _r(y), _r(band * 0.8), _r(h), kind))
         read, write, uncached = parts
-        title = f"request {label}: {prompt:,} tokens; {read:,} read, {write:,} written, {uncached:,} uncached; ${cost:.4f}"
+        title = (
+            f"request {label}: {prompt:,} tokens; {read:,} read, {write:,} written, {uncached:,} uncached; ${cost:.4f}"
+        )
         chart.groups.append(Group(title, rects))
-    chart.texts.append(Text(left + plot_w / 2, height - 4, "request (0-based, within the session)", "middle", "axis-title"))
+    chart.texts.append(
+        Text(left + plot_w / 2, height - 4, "request (0-based, within the session)", "middle", "axis-title")
+    )
     return chart
 
 
@@ -227,7 +231,11 @@ def turn_columns(arm: str, turns: Sequence[TurnRecord]) -> list[tuple[str, tuple
         for t in chunk:
             u = t.arms.get(arm)
             if u is not None:
-                read, write, uncached = read + u.cache_read_tokens, write + u.cache_write_tokens, uncached + u.uncached_tokens
+                read, write, uncached = (
+                    read + u.cache_read_tokens,
+                    write + u.cache_write_tokens,
+                    uncached + u.uncached_tokens,
+                )
                 prompt += u.prompt_tokens
                 cost += u.cost_usd
         label = str(chunk[0].request) if per == 1 else f"{chunk[0].request}-{chunk[-1].request}"
@@ -246,7 +254,7 @@ def share_by_request_chart(turns: Sequence[TurnRecord], arms: Sequence[str], col
     buckets = math.ceil(n / per)
     read = {a: [0] * buckets for a in arms}
     prompt = {a: [0] * buckets for a in arms}
-    sessions = [set[str]() for _ in range(buckets)]
+    sessions: list[set[str]] = [set() for _ in range(buckets)]
     for t in turns:
         b = t.request // per
         sessions[b].add(t.session)
@@ -288,8 +296,9 @@ def share_by_request_chart(turns: Sequence[TurnRecord], arms: Sequence[str], col
     return chart
 
 
-def _x_axis(chart: Chart, ticks: list[float], left: float, scale: float, top: float, bottom: float, fmt: object) -> None:
-    assert callable(fmt)
+def _x_axis(
+    chart: Chart, ticks: list[float], left: float, scale: float, top: float, bottom: float, fmt: Callable[[float], str]
+) -> None:
     for t in ticks:
         x = _r(left + t * scale)
         chart.grid.append((x, top, x, bottom))

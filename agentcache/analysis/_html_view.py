@@ -139,7 +139,9 @@ def build_view(
     arms = []
     for name, m in report.totals.items():
         saved, share = m.saved_against(base) if base is not None and name != "as_sent" else (None, None)
-        arms.append(ArmRow(name, ARM_HELP.get(name, "An arm this report adds (no description known)."), m, saved, share))
+        arms.append(
+            ArmRow(name, ARM_HELP.get(name, "An arm this report adds (no description known)."), m, saved, share)
+        )
     ranked = sorted(report.sessions, key=lambda s: -(_session_saving(s) or 0.0))
     shown = ranked[:top]
     by_session: dict[str, list[TurnRecord]] = defaultdict(list)
