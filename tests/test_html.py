@@ -141,9 +141,9 @@ def test_saved_figures_are_the_terminals(tau: AuditReport, tau_page: str) -> Non
     (arms,) = tables(tau_page, "What the arms mean")
     html_saved = {}
     for row in arms:
-        m = re.fullmatch(r"(-?[\d,]+\.\d{4}) \((-?[\d.]+)%\)", row[-1])
+        m = re.fullmatch(r"(-?)\$([\d,]+\.\d{4}) \((-?[\d.]+)%\)", row[-1])
         if m:
-            html_saved[row[0]] = (float(m.group(1).replace(",", "")), float(m.group(2)))
+            html_saved[row[0]] = (float(m.group(1) + m.group(2).replace(",", "")), float(m.group(3)))
     assert html_saved == terminal
     usd, pct = terminal["agentcache"]
     assert usd == pytest.approx(tau.totals["as_sent"].cost_usd - tau.totals["agentcache"].cost_usd, abs=1e-4)

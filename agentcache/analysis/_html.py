@@ -17,7 +17,7 @@ from functools import cache
 from jinja2 import Environment, PackageLoader, StrictUndefined, Template, select_autoescape
 
 from .. import __version__
-from ._html_charts import arm_colors, cost_chart, share_by_request_chart, token_chart, turn_chart, turn_columns
+from ._html_charts import arm_colors, cost_chart, share_by_request_chart, token_chart, turn_chart, turn_columns, usd
 from ._html_view import build_view
 from ._report import AuditReport
 
@@ -34,7 +34,7 @@ def _template() -> Template:
         lstrip_blocks=True,
     )
     env.filters["num"] = lambda n: f"{n:,}"
-    env.filters["usd"] = lambda x: f"{x:,.4f}"
+    env.filters["usd"] = usd
     env.filters["pct"] = lambda r: f"{r * 100:.1f}%"
     return env.get_template("report.html.jinja")
 

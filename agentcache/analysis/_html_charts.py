@@ -59,6 +59,7 @@ class Line:
     points: str
     color: str
     title: str
+    dashed: bool = False
 
 
 @dataclass(slots=True)
@@ -106,6 +107,11 @@ def compact(n: float) -> str:
         if abs(n) >= div:
             return f"{n / div:.3g}{suffix}"
     return f"{n:g}"
+
+
+def usd(x: float) -> str:
+    """``8.62149`` → ``$8.6215``, ``-0.0136`` → ``-$0.0136`` (the terminal's 4 decimals)."""
+    return f"-${-x:,.4f}" if x < 0 else f"${x:,.4f}"
 
 
 def _r(v: float) -> float:
@@ -160,10 +166,10 @@ def cost_chart(totals: dict[str, ArmMetrics], colors: dict[str, str]) -> Chart:
     for i, (arm, m) in enumerate(totals.items()):
         y = top + i * (row + gap) + gap / 2
         chart.texts.append(Text(left - 8, y + row / 2 + 4, arm, "end", "arm"))
-        label = f"${m.cost_usd:,.4f}"
+        label = usd(m.cost_usd)
         if base is not None and arm != "as_sent":
             saved, share = m.saved_against(base)
-            label += f" · saved ${saved:,.4f}" + (f" ({share:.1%})" if share is not None else "")
+            label += f" · saved {usd(saved)}" + (f" ({share:.1%})" if share is not None else "")
         w = m.cost_usd * scale
         chart.groups.append(Group("", [Rect(left, _r(y), _r(w), row, "arm", f"{arm}: {label}", colors[arm])]))
         chart.texts.append(Text(_r(left + w + 6), y + row / 2 + 4, label, "start"))
@@ -282,7 +288,7 @@ def share_by_request_chart(turns: Sequence[TurnRecord], arms: Sequence[str], col
         pts = " ".join(
             f"{_r(left + (b + 0.5) * band)},{_r(y0 - share(a, b) * plot_h)}" for b in range(buckets) if prompt[a][b]
         )
-        chart.lines.append(Line(pts, colors[a], a))
+        chart.lines.append(Line(pts, colors[a], a, dashed=a == "ideal"))  # the bound, drawn over the others
     step = max(1, math.ceil(buckets / 15))
     for b in range(buckets):
         x = left + b * band
