@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from agentcache import _cli as cli
 from agentcache import audit
 from agentcache.analysis._html import render_html
 from agentcache.analysis._html_charts import MAX_COLUMNS, turn_columns
@@ -121,6 +123,18 @@ def test_header_names_input_provider_model_sessions_requests(tau: AuditReport, t
     # gpt-4o is not in the Anthropic price table: the header says what it was priced as.
     assert "<code>gpt-4o</code> (2,454 requests) is not in the anthropic price table" in header
     assert "data/tau-bench/gpt-4o-airline.json" in tau_page[: tau_page.index("</title>")]
+
+
+def test_cli_writes_the_report_naming_its_inputs(tmp_path: Path) -> None:
+    a, b = CASES / "k01-tools-reordered.json", CASES / "k05-seconds-timestamp-in-system.json"
+    out = tmp_path / "report.html"
+    result = CliRunner().invoke(cli.app, ["audit", str(a), str(b), "--html", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    page = out.read_text()
+    (breaks,) = tables(page, "Prefix breaks by cause")
+    assert {r[0] for r in breaks} == {"tools.reordered", "system.volatile"}
+    header = page[: page.index("</header>")]
+    assert f"{a}<br>{b}</dd>" in header and "<dd>2</dd>" in header  # both files, 2 sessions
 
 
 def _terminal_saved(report: AuditReport) -> dict[str, tuple[float, float]]:
