@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from agentcache import _cli as cli
 from agentcache import audit
+from agentcache._exceptions import InputError
 from agentcache.analysis._html import render_html
 from agentcache.analysis._html_charts import MAX_COLUMNS, turn_columns
 from agentcache.analysis._html_view import ARM_HELP, group_ttl
@@ -28,6 +29,7 @@ from agentcache.analysis._report import (
     AuditReport,
     BreakRecord,
     MissRecord,
+    ProviderMissRecord,
     SessionReport,
     TurnRecord,
 )
@@ -253,6 +255,27 @@ def test_prompt_text_and_names_are_escaped() -> None:
     page = render_html(report, [evil + ".json"])
     assert "<script" not in page and "<img" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "&lt;img src=x onerror=alert(2)&gt;" in page
+
+
+def test_provider_diagnoses_and_skipped_records_are_listed(compare: AuditReport) -> None:
+    misses = [
+        ProviderMissRecord("s", 2, "anthropic", "system_changed", 1234, "system.changed", True),
+        ProviderMissRecord("s", 3, "anthropic", "tools_changed", None, "tools.reordered", True),
+        ProviderMissRecord("t", 3, "anthropic", "tools_changed", None, "tools.reordered", True),
+        ProviderMissRecord("s", 4, "anthropic", "messages_changed", None, None, False),
+    ]
+    errors = [InputError("not JSON", source="bad.jsonl", record=i) for i in range(25)]
+    page = render_html(dataclasses.replace(compare, provider_misses=misses, errors=errors))
+    (rows,) = tables(page, "Provider-reported misses")
+    assert rows == [
+        ["anthropic: tools_changed", "tools.reordered", "2", "yes"],
+        ["anthropic: system_changed", "system.changed", "1", "yes"],
+        ["anthropic: messages_changed", "(none)", "1", "no"],
+    ]
+    assert "<b>75.0%</b> (3 of 4 compared)" in page
+    assert '<dt>records skipped</dt><dd class="warn">25</dd>' in page
+    assert "<li>bad.jsonl record 19: not JSON</li>" in page and "record 20:" not in page
+    assert "… 5 more" in page
 
 
 def _large_report(sessions: int = 500, requests: int = 100) -> AuditReport:
