@@ -122,6 +122,7 @@ class ReportView:
     breaks_by_cause: list[dict[str, Any]]
     largest_breaks: list[BreakRecord]
     misses: list[MissGroup]
+    miss_groups: int
     ttl: list[TTLGroup]
     provider_diagnostics: dict[str, Any]
     provider_groups: list[dict[str, Any]]
@@ -162,6 +163,7 @@ def build_view(
         for s in chosen
     ]
     pd = provider_summary(report.provider_misses)
+    all_misses = group_misses(report.misses)
     return ReportView(
         inputs=list(inputs),
         provider=report.provider,
@@ -174,7 +176,8 @@ def build_view(
         errors_total=len(report.errors),
         breaks_by_cause=_breaks_by_cause(report.breaks),
         largest_breaks=sorted(report.breaks, key=lambda b: -b.tokens_lost)[:max_rows],
-        misses=group_misses(report.misses)[:max_rows],
+        misses=all_misses[:max_rows],
+        miss_groups=len(all_misses),
         ttl=group_ttl(report.turns),
         provider_diagnostics={k: v for k, v in pd.items() if k != "misses"},
         provider_groups=_provider_groups(report)[:max_rows],
