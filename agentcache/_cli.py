@@ -168,7 +168,7 @@ def audit_command(
             render_report(report, make_console())
         if html is not None:
             try:
-                html.write_text(render_html(report))
+                html.write_text(render_html(report, [str(p) for p in paths]))
             except OSError as exc:
                 errors.add(f"{html}: cannot write the HTML report: {exc.strerror or exc}")
     if errors.count or report is None:

@@ -40,6 +40,12 @@ class ArmMetrics(TokenTotals):
         self.uncached_tokens += other.uncached_tokens
         self.cost_usd += other.cost_usd
 
+    def saved_against(self, base: ArmMetrics) -> tuple[float, float | None]:
+        """USD this arm costs less than ``base`` (the ``as_sent`` arm in the reports' "saved" figure; negative when
+        it costs more), and that as a share of ``base``'s cost (None when ``base`` cost nothing)."""
+        diff = base.cost_usd - self.cost_usd
+        return diff, (diff / base.cost_usd if base.cost_usd else None)
+
 
 @dataclass(frozen=True, slots=True)
 class BreakRecord:
