@@ -99,6 +99,7 @@ def audit(
         reported=reported,
         sim_errors=reported,
         rpm_per_key=rpm,
+        overflow=bool(recs) and all(r.at is not None for r in recs),  # real times: OpenAI's overflow can be told
         keep_turns=True,
     )
     counts: dict[str, int] = {}

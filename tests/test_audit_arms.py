@@ -210,3 +210,47 @@ def test_cli_compare_openai_and_help(tmp_path: Path) -> None:
     assert engine.exit_code == 2 and "engine" in engine.output
     helptext = runner.invoke(app, ["audit", "--help"], env={"COLUMNS": "200"}).output
     assert "conversation_key" in helptext and "lineage_keys" in helptext
+
+
+def _burst(sessions: int = 40) -> list[Record]:
+    """``sessions`` tau-bench runs started a quarter second apart, each sending a request every 10 s: about
+    ``6 * sessions`` requests/min sharing one static prefix (timed, so OpenAI's overflow is modelled)."""
+    recs = _tau(sessions)
+    start = {s: i for i, s in enumerate(sorted({r.session for r in recs}))}
+    seen: dict[str, int] = {}
+    out = []
+    for r in recs:
+        k = seen[r.session] = seen.get(r.session, -1) + 1
+        out.append(replace(r, at=k * 10.0 + start[r.session] * 0.25))
+    return out
+
+
+def test_simulator_overflow_above_the_rate_per_prefix_and_key() -> None:
+    from agentcache.adapters import canonicalize
+    from agentcache.simulate import OpenAISimulator
+
+    rec = _tau(1)[2]
+    req = canonicalize(rec.api, rec.body)
+    rpm = openai_rules(req.model).requests_per_minute_per_key
+    for overflow in (False, True):
+        sim = OpenAISimulator(overflow=overflow)
+        reads = [sim.run(req, i * 0.5).usage.cache_read_tokens for i in range(rpm + 2)]
+        assert reads[0] == 0 and reads[1] > 0
+        # Within one minute, request rpm + 1 lands on a second machine that has never seen the prefix.
+        assert (reads[rpm] == 0) is overflow and reads[rpm + 1] == reads[1]
+    # A minute later the window is empty again: the first machine serves it.
+    assert sim.run(req, 200.0).usage.cache_read_tokens == reads[1]
+
+
+def test_overflow_only_with_real_times() -> None:
+    timed = audit(_burst(), compare=True)
+    untimed = audit([replace(r, at=None) for r in _burst()], compare=True)
+    t, u = timed.totals, untimed.totals
+    # ~240 requests/min on one prefix without a key spill over ~16 machines; one key per conversation (~6 rpm)
+    # never does; the lineage keys shard the prefix's rate.
+    assert t["no_key"].hit_rate < t["lineage_keys"].hit_rate
+    assert t["no_key"].hit_rate < u["no_key"].hit_rate
+    assert t["conversation_key"].cache_read_tokens == u["conversation_key"].cache_read_tokens
+    # agentcache's arm on tau-bench (no repairs) is exactly its lineage keys, timed or not.
+    assert t["agentcache"].cache_read_tokens == t["lineage_keys"].cache_read_tokens
+    assert u["agentcache"].cache_read_tokens == u["lineage_keys"].cache_read_tokens == u["no_key"].cache_read_tokens

@@ -12,7 +12,8 @@ markers and sets its own; none repairs anything:
 * ``random_key``: a fresh key on every request (a bug real proxies shipped: a new UUID per call). Here a hash of
   the session and request index, so the audit is reproducible;
 * ``lineage_keys``: agentcache's keys (:class:`~agentcache.policies.KeyPlanner`: the static-prefix family plus a
-  shard of the session lineage, sharded to stay under ``rpm_per_key``);
+  shard of the session lineage, sharded to stay under ``rpm_per_key``), chosen at a lineage's first request and
+  kept, as the OpenAI target keeps them (:mod:`agentcache.targets._openai`);
 * ``breakpoints``: ``lineage_keys`` plus the explicit ``prompt_cache_breakpoint`` parts agentcache plans
   (:func:`~agentcache.policies.breakpoints.plan_openai_breakpoints`), only offered when a request's model takes
   them (``[openai.breakpoints]`` in ``agentcache/data/models.toml``: gpt-5.6 and later); on another model the
@@ -51,11 +52,13 @@ def _random_key(session: str, request: int) -> str:
 class KeyArms:
     """One cache scope's key strategies (see the module docstring). The ``lineage_keys`` and ``breakpoints`` arms
     each draw from their own :class:`~agentcache.policies.KeyPlanner` of ``rpm_per_key`` requests/min per key
-    (setting ``openai_rpm_per_key``), which counts every request it keys."""
+    (setting ``openai_rpm_per_key``), which counts every request it keys; a lineage keeps the key of its first
+    request (one remembered key per lineage and arm)."""
 
     def __init__(self, rpm_per_key: float = 15.0) -> None:
         self.rpm_per_key = rpm_per_key
         self._planners: dict[str, KeyPlanner] = {}
+        self._keys: dict[tuple[str, str, str], str] = {}
 
     def apply(
         self, name: str, req: CanonicalRequest, session: str, request: int, lineage: str, at: float | None
@@ -76,7 +79,10 @@ class KeyArms:
         if planner is None:
             planner = self._planners[name] = KeyPlanner(self.rpm_per_key)
         family = family_of(bare)
-        keyed = bare.evolve(cache_key=planner.key(family, lineage, at))
+        key = self._keys.get((name, family, lineage))
+        if key is None:
+            key = self._keys[name, family, lineage] = planner.key(family, lineage, at)
+        keyed = bare.evolve(cache_key=key)
         planner.record(family, at)
         rules = openai_rules(req.model)
         if name == KEY_STRATEGIES[-1] or not rules.breakpoints:

@@ -32,7 +32,7 @@ from ..model._usage import CacheUsage, served_by
 from ..model._volatile import VolatileSpan
 from ..policies import STRATEGIES, apply_strategy
 from ..policies.volatility import suggestion
-from ..simulate import IdealSimulator, SimResult, Simulator, SimUsage
+from ..simulate import IdealSimulator, OpenAISimulator, SimResult, Simulator, SimUsage
 from ..targets import Target, cost_usd
 from ._diagnose import _classify, diagnose
 from ._key_arms import KeyArms
@@ -97,6 +97,8 @@ class Ledger:
     strategies, ``STRATEGIES``, or OpenAI key strategies, ``KEY_STRATEGIES``; ``rpm_per_key`` for the latter's
     key planner). ``ideal``: add the ``ideal`` arm (two passes: :meth:`finish` prices it). ``reported``: add the
     ``reported`` arm; ``sim_errors``: keep the simulator's error per request (see the module docstring).
+    ``overflow``: the request times are real, so OpenAI's simulated partitions overflow above their per-minute rate
+    (:mod:`agentcache.simulate._openai`).
     ``simulate``: False keeps only ``reported``. ``keep_turns``: keep a :class:`TurnRecord` per request
     (charts, tests)."""
 
@@ -110,6 +112,7 @@ class Ledger:
         reported: bool = False,
         sim_errors: bool = False,
         rpm_per_key: float = 15.0,
+        overflow: bool = False,
         simulate: bool = True,
         keep_turns: bool = False,
         max_sessions: int | None = None,
@@ -125,6 +128,7 @@ class Ledger:
         self.keep_turns = keep_turns
         self.sim_errors = sim_errors and simulate
         self.rpm_per_key = rpm_per_key
+        self.overflow = overflow
         self.max_sessions, self.max_records, self.max_scopes, self.max_chain = (
             max_sessions,
             max_records,
@@ -308,6 +312,8 @@ class Ledger:
         for arm in self.simulated:
             sim = target.simulator(self.model)
             assert sim is not None
+            if isinstance(sim, OpenAISimulator):
+                sim.overflow = self.overflow
             sims[arm] = sim
         limit = None if self.max_sessions is None else 4096
         return _Scope(target, sims, _StaticIndex(limit), last, KeyArms(self.rpm_per_key))
