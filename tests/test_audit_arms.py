@@ -13,12 +13,14 @@ from typer.testing import CliRunner
 
 from agentcache import audit
 from agentcache._cli import app
+from agentcache.adapters import canonicalize
 from agentcache.analysis._key_arms import KEY_STRATEGIES, KeyArms
 from agentcache.loaders import Record, load
 from agentcache.model import _causes as C
 from agentcache.model._canonical import CanonicalRequest
 from agentcache.model._rules import anthropic_rules, openai_rules
 from agentcache.model._usage import normalize_usage, served_by
+from agentcache.simulate import OpenAISimulator
 
 from .conftest import CASES, DATA
 
@@ -185,8 +187,6 @@ def test_openai_compare_breakpoints_where_the_model_takes_them() -> None:
 
 def test_key_arms_keys() -> None:
     rec = _tau(1)[0]
-    from agentcache.adapters import canonicalize
-
     req: CanonicalRequest = canonicalize(rec.api, rec.body)
     arms = KeyArms()
     assert arms.apply("no_key", req.evolve(cache_key="client"), "s", 0, "s", None).cache_key is None
@@ -226,9 +226,6 @@ def _burst(sessions: int = 40) -> list[Record]:
 
 
 def test_simulator_overflow_above_the_rate_per_prefix_and_key() -> None:
-    from agentcache.adapters import canonicalize
-    from agentcache.simulate import OpenAISimulator
-
     rec = _tau(1)[2]
     req = canonicalize(rec.api, rec.body)
     rpm = openai_rules(req.model).requests_per_minute_per_key

@@ -176,10 +176,10 @@ class Ledger:
             results["agentcache"] = sc.sims["agentcache"].run(prepared.planned, now)
             for name in self.strategies:
                 if name in STRATEGIES:
-                    arm = apply_strategy(name, prepared.client)
+                    req = apply_strategy(name, prepared.client)
                 else:
-                    arm = sc.keys.apply(name, prepared.client, session, request, lineage or session, prepared.at)
-                results[name] = sc.sims[name].run(arm, now)
+                    req = sc.keys.apply(name, prepared.client, session, request, lineage or session, prepared.at)
+                results[name] = sc.sims[name].run(req, now)
         brk = self._break(session, request, prepared, sc.static, results.get("agentcache"))
         if brk is not None:
             self._push(self.breaks, brk)
