@@ -251,3 +251,34 @@ def test_overflow_only_with_real_times() -> None:
     # agentcache's arm on tau-bench (no repairs) is exactly its lineage keys, timed or not.
     assert t["agentcache"].cache_read_tokens == t["lineage_keys"].cache_read_tokens
     assert u["agentcache"].cache_read_tokens == u["lineage_keys"].cache_read_tokens == u["no_key"].cache_read_tokens
+
+
+def test_jsonl_openai_usage_simulator_error(tmp_path: Path) -> None:
+    """OpenAI Chat usage recorded in JSONL: the reported arm is OpenAI's, ``as_sent`` simulates OpenAI, so each
+    request gets its error."""
+    recs = _tau(1)[:3]
+    usages = [(4000, 0), (4200, 3968), (4500, 4096)]  # (prompt_tokens, cached_tokens) as an upstream reported
+    lines = [
+        json.dumps(
+            {
+                "session": "s",
+                "api": r.api,
+                "at": float(i),
+                "body": r.body,
+                "usage": {"prompt_tokens": p, "prompt_tokens_details": {"cached_tokens": c}},
+            }
+        )
+        for i, (r, (p, c)) in enumerate(zip(recs, usages, strict=True))
+    ]
+    path = tmp_path / "openai.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    report = audit(load(path).records)
+    assert report.provider == "openai"
+    assert [(t.arms["reported"].prompt_tokens, t.arms["reported"].cache_read_tokens) for t in report.turns] == usages
+    rules = openai_rules("gpt-4o")
+    assert report.totals["reported"].cost_usd == pytest.approx(sum(rules.cost(p - c, c) for p, c in usages))
+    errs = report.simulator_errors
+    assert [e.request for e in errs] == [0, 1, 2]
+    for e, turn, (p, c) in zip(errs, report.turns, usages, strict=True):
+        assert e.error()["cache_read_tokens"] == turn.arms["as_sent"].cache_read_tokens - c
+        assert e.error()["prompt_tokens"] == turn.arms["as_sent"].prompt_tokens - p
