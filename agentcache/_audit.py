@@ -8,7 +8,12 @@ sessions through one shared simulated cache per arm (docs/design.md, "Cache scop
 
 * ``as_sent``: the requests exactly as recorded;
 * ``agentcache``: after safe repairs and policies (breakpoints on Anthropic, routing keys on OpenAI);
-* ``ideal``: every token already sent earlier in the scope, after safe repairs, counts as reused.
+* ``ideal``: every token already sent earlier in the scope, after safe repairs, counts as reused;
+* ``reported``: when the records carry the usage the provider reported (JSONL ``usage`` / ``response``, OpenHands'
+  LiteLLM responses), that usage, priced by the provider that served it; beside it, per request, the
+  ``as_sent`` arm's difference from it when that arm simulates the same provider (``simulator_error``);
+* with ``compare``: one arm per baseline strategy, Anthropic marker strategies on Anthropic rules, OpenAI
+  ``prompt_cache_key`` strategies on OpenAI rules (:mod:`agentcache.analysis._key_arms`).
 
 Sessions stay open for the whole audit (no idle timeout): the audit reports what the traffic did.
 
@@ -26,13 +31,14 @@ from typing import Any
 from ._config import Settings
 from ._exceptions import ConfigError, InputError
 from ._log import get_logger
+from .analysis._key_arms import key_strategies
 from .analysis._ledger import Ledger
 from .analysis._report import AuditReport, ModelRecord, ProviderMissRecord
 from .loaders import Record
 from .model._provider import compare, read_diagnosis
 from .model._rules import anthropic_rules, default_model, lookup_model, normalize_model, openai_rules
 from .model._types import TargetKind
-from .model._usage import normalize_usage
+from .model._usage import CacheUsage, normalize_usage, served_by
 from .policies import STRATEGIES
 from .session import Identity, MemoryStore, Sessions
 from .targets import resolve_target
@@ -50,42 +56,64 @@ def audit(
     compare: bool = False,
     settings: Settings | None = None,
 ) -> AuditReport:
-    """Audit ``records`` under ``provider``'s rules (``anthropic``, ``openai`` or ``engine``; inferred from the
-    first record's API when None).
+    """Audit ``records`` under ``provider``'s rules (``anthropic``, ``openai`` or ``engine``; when None, the
+    provider whose usage the records carry (:func:`~agentcache.model._usage.served_by`: LiteLLM's Anthropic
+    fields name Anthropic), else the first record's API).
 
     ``model`` prices every request as that model (default: each request's own model when the provider table
     knows it, else the provider's default). ``progress(n)`` is called after every request. ``compare`` adds one
-    arm per baseline marker strategy (``anthropic_auto``, ``langchain``, ``litellm``, ``no_markers``; Anthropic
-    rules only). A record whose body cannot be read is skipped and listed in ``report.errors`` (InputError
-    naming its file and record). Raises ConfigError for an unknown provider or model.
+    arm per baseline strategy: on Anthropic rules the marker strategies (``anthropic_auto``, ``langchain``,
+    ``litellm``, ``no_markers``), on OpenAI rules the ``prompt_cache_key`` strategies (``no_key``,
+    ``conversation_key``, ``random_key``, ``lineage_keys``, and ``breakpoints`` where a request's model takes
+    them). Records carrying usage add the ``reported`` arm and ``report.simulator_errors``. A record whose body
+    cannot be read is skipped and listed in ``report.errors`` (InputError naming its file and record). Raises
+    ConfigError for an unknown provider or model, or ``compare`` on an engine (it has no strategies to compare).
     """
     recs = _time_order(list(records))
+    usages = [_usage(r) for r in recs]
     setting = settings.target if settings is not None else None
-    target = resolve_target(recs[0].api if recs else "openai.chat", setting=setting, declared=provider, model=model)
+    declared = provider or next((p for u in usages if u is not None and (p := served_by(u)) is not None), None)
+    target = resolve_target(recs[0].api if recs else "openai.chat", setting=setting, declared=declared, model=model)
     name = target.name
     if name != TargetKind.ENGINE:
         rules_for = anthropic_rules if name == TargetKind.ANTHROPIC else openai_rules
         if model is not None and not rules_for(model).known:
             raise ConfigError(f"unknown {name} model {model!r}: add it to agentcache/data/models.toml")
-    if compare and name != TargetKind.ANTHROPIC:
-        raise ConfigError("--compare compares Anthropic marker strategies: use --provider anthropic")
+    strategies: tuple[str, ...] = ()
+    if compare and name == TargetKind.ANTHROPIC:
+        strategies = STRATEGIES
+    elif compare and name == TargetKind.OPENAI:
+        strategies = key_strategies({model or str(r.body.get("model") or "") for r in recs})
+    elif compare:
+        raise ConfigError("--compare compares provider strategies (Anthropic markers, OpenAI keys), not an engine's")
     # Each request is priced as its own model (unless ``model``); one the table does not know gets the provider
     # default's numbers (its name still decides capabilities such as OpenAI breakpoints).
     sessions = Sessions(provider=target, settings=settings, idle_timeout=None, store=_unbounded())
-    ledger = Ledger(target, model=model, strategies=STRATEGIES if compare else (), ideal=True, keep_turns=True)
+    reported = any(u is not None for u in usages)
+    rpm = settings.openai_rpm_per_key if settings is not None else 15.0
+    ledger = Ledger(
+        target,
+        model=model,
+        strategies=strategies,
+        ideal=True,
+        reported=reported,
+        sim_errors=reported,
+        rpm_per_key=rpm,
+        overflow=bool(recs) and all(r.at is not None for r in recs),  # real times: OpenAI's overflow can be told
+        keep_turns=True,
+    )
     counts: dict[str, int] = {}
     errors: list[InputError] = []
     provider_misses: list[ProviderMissRecord] = []
-    for n, rec in enumerate(recs):
+    for n, (rec, usage) in enumerate(zip(recs, usages, strict=True)):
         try:
             turn = sessions.begin(rec.api, rec.body, identity=Identity(session=rec.session), now=0.0, at=rec.at)
             turn.commit()
-            source = rec.response if rec.response is not None else rec.usage
-            turn.finish(normalize_usage(source, rec.api) if source is not None else None)
+            turn.finish(usage)
             i = counts.get(rec.session, 0)
             if rec.response is not None:
                 _provider_miss(rec, i, turn.prepared.divergence, provider_misses)
-            ledger.record(rec.session, i, turn.prepared)
+            ledger.record(rec.session, i, turn.prepared, usage=usage)
         except (InputError, ConfigError) as exc:  # one bad record never stops the audit
             errors.append(InputError(str(exc), source=rec.source or None, record=rec.index))
             continue
@@ -104,6 +132,12 @@ def audit(
     report.models = _models_seen([r for r in recs if (r.source or "", r.index) not in failed], name, model)
     report.provider_misses = provider_misses
     return report
+
+
+def _usage(rec: Record) -> CacheUsage | None:
+    """The usage the record carries (its whole response, else its ``usage``), read by the one usage parser."""
+    source = rec.response if rec.response is not None else rec.usage
+    return normalize_usage(source, rec.api) if source is not None else None
 
 
 def _provider_miss(rec: Record, index: int, divergence: Any, out: list[ProviderMissRecord]) -> None:

@@ -123,8 +123,8 @@ def audit_command(
     provider: Annotated[
         ProviderChoice | None,
         typer.Option(
-            help="Cache rules to simulate: a provider, or a local engine's prefix cache (default: the first "
-            "record's API)."
+            help="Cache rules to simulate: a provider, or a local engine's prefix cache (default: the provider "
+            "the recorded usage names, else the first record's API)."
         ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Price every request as this model.")] = None,
@@ -137,7 +137,9 @@ def audit_command(
         bool,
         typer.Option(
             "--compare",
-            help="Add one arm per baseline marker strategy (anthropic_auto, langchain, litellm, no_markers).",
+            help="Add one arm per baseline strategy: on Anthropic rules the marker strategies (anthropic_auto, "
+            "langchain, litellm, no_markers); on OpenAI rules the prompt_cache_key strategies (no_key, "
+            "conversation_key, random_key, lineage_keys, and breakpoints where the model takes them).",
         ),
     ] = False,
     html: Annotated[

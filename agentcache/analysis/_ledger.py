@@ -2,12 +2,16 @@
 through one shared simulated cache per arm and cache scope, in time order, with its breaks and misses.
 
 Arms (docs/design.md, "Cache scope"): ``as_sent`` (the client's requests as they came), ``agentcache`` (what was sent
-after repairs and policies), optionally one per baseline marker strategy (``--compare``), ``ideal`` (every token
-already sent earlier in the scope counts as reused: the bound) and ``reported`` (the usage the upstream reported,
-priced by the target). A break is the client's divergence from its own previous request (``repaired``: the sent
-request extends what the session sent before), or, for a session's first request, a difference in the static
-prefix against another session of the scope where they would otherwise share it. A miss is a simulated arm
-reading fewer tokens than it matched, for a cache-mechanics cause.
+after repairs and policies), optionally one per baseline strategy (``--compare``: Anthropic marker strategies,
+:mod:`agentcache.policies.anchors`, or OpenAI ``prompt_cache_key`` strategies, :mod:`agentcache.analysis._key_arms`),
+``ideal`` (every token already sent earlier in the scope counts as reused: the bound) and ``reported`` (the usage the
+upstream reported, priced by the provider that served it: :func:`~agentcache.model._usage.served_by`). With
+``sim_errors``, each request whose reported usage comes from the cache the target simulates also gets a
+:class:`~agentcache.analysis._report.SimErrorRecord`: the ``as_sent`` arm against that usage (the simulator's
+error). A break is the client's divergence from its own previous request (``repaired``: the sent request extends
+what the session sent before), or, for a session's first request, a difference in the static prefix against
+another session of the scope where they would otherwise share it. A miss is a simulated arm reading fewer tokens
+than it matched, for a cache-mechanics cause.
 
 Bounded where asked (the live report): the most recent ``max_sessions`` sessions and ``max_records`` breaks and
 misses, ``max_scopes`` simulated caches, and when these hold more than ``max_chain`` prefixes in all the biggest
@@ -23,14 +27,16 @@ from typing import Any
 
 from ..model._canonical import CanonicalRequest, common_prefix, static_end
 from ..model._causes import SYSTEM_VOLATILE, TOOLS_REORDERED, TOOLS_SERIALIZATION
-from ..model._usage import CacheUsage
+from ..model._types import TargetKind
+from ..model._usage import CacheUsage, served_by
 from ..model._volatile import VolatileSpan
-from ..policies import apply_strategy
+from ..policies import STRATEGIES, apply_strategy
 from ..policies.volatility import suggestion
-from ..simulate import IdealSimulator, SimResult, Simulator, SimUsage
-from ..targets import Target
+from ..simulate import IdealSimulator, OpenAISimulator, SimResult, Simulator, SimUsage
+from ..targets import Target, cost_usd
 from ._diagnose import _classify, diagnose
-from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord
+from ._key_arms import KeyArms
+from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, SimErrorRecord, TurnRecord
 
 __all__ = ["Ledger", "Recorded"]
 
@@ -82,12 +88,17 @@ class _Scope:
     sims: dict[str, Simulator]
     static: _StaticIndex
     last: float = 0.0
+    keys: KeyArms = field(default_factory=KeyArms)
 
 
 class Ledger:
     """See the module docstring. ``target``: whose cache the simulators model (its rules and prices); ``model``:
-    price every request as this model. ``strategies``: baseline marker strategies to add as arms. ``ideal``:
-    add the ``ideal`` arm (two passes: :meth:`finish` prices it). ``reported``: add the ``reported`` arm.
+    price every request as this model. ``strategies``: baseline strategies to add as arms (Anthropic marker
+    strategies, ``STRATEGIES``, or OpenAI key strategies, ``KEY_STRATEGIES``; ``rpm_per_key`` for the latter's
+    key planner). ``ideal``: add the ``ideal`` arm (two passes: :meth:`finish` prices it). ``reported``: add the
+    ``reported`` arm; ``sim_errors``: keep the simulator's error per request (see the module docstring).
+    ``overflow``: the request times are real, so OpenAI's simulated partitions overflow above their per-minute rate
+    (:mod:`agentcache.simulate._openai`).
     ``simulate``: False keeps only ``reported``. ``keep_turns``: keep a :class:`TurnRecord` per request
     (charts, tests)."""
 
@@ -99,6 +110,9 @@ class Ledger:
         strategies: Iterable[str] = (),
         ideal: bool = False,
         reported: bool = False,
+        sim_errors: bool = False,
+        rpm_per_key: float = 15.0,
+        overflow: bool = False,
         simulate: bool = True,
         keep_turns: bool = False,
         max_sessions: int | None = None,
@@ -112,6 +126,9 @@ class Ledger:
         base = ("as_sent", "agentcache") if simulate else ()
         self.arms = (*base, *(("ideal",) if ideal else ()), *self.strategies, *(("reported",) if reported else ()))
         self.keep_turns = keep_turns
+        self.sim_errors = sim_errors and simulate
+        self.rpm_per_key = rpm_per_key
+        self.overflow = overflow
         self.max_sessions, self.max_records, self.max_scopes, self.max_chain = (
             max_sessions,
             max_records,
@@ -122,6 +139,7 @@ class Ledger:
         self.sessions: OrderedDict[str, SessionReport] = OrderedDict()
         self.breaks: deque[BreakRecord] = deque()
         self.misses: deque[MissRecord] = deque()
+        self.errors: deque[SimErrorRecord] = deque()
         self.turns: list[TurnRecord] = []
         self._scopes: OrderedDict[str, _Scope] = OrderedDict()
         self._ideal = IdealSimulator(target.name, model) if ideal and target is not None else None
@@ -157,7 +175,11 @@ class Ledger:
             results["as_sent"] = sc.sims["as_sent"].run(prepared.client, now)
             results["agentcache"] = sc.sims["agentcache"].run(prepared.planned, now)
             for name in self.strategies:
-                results[name] = sc.sims[name].run(apply_strategy(name, prepared.client), now)
+                if name in STRATEGIES:
+                    req = apply_strategy(name, prepared.client)
+                else:
+                    req = sc.keys.apply(name, prepared.client, session, request, lineage or session, prepared.at)
+                results[name] = sc.sims[name].run(req, now)
         brk = self._break(session, request, prepared, sc.static, results.get("agentcache"))
         if brk is not None:
             self._push(self.breaks, brk)
@@ -174,7 +196,11 @@ class Ledger:
                 self._push(self.misses, miss)
         sim: SimUsage | None = None
         if "reported" in self.arms and usage is not None:
-            cost = t.cost(usage, self.model or prepared.planned.model) or 0.0
+            served = served_by(usage)
+            if served is None or served == t.name or t.kind == TargetKind.ENGINE:  # an engine is free, whatever form
+                cost = t.cost(usage, self.model or prepared.planned.model) or 0.0
+            else:  # another provider's usage through this API (LiteLLM in front of Anthropic): its own prices
+                cost = cost_usd(usage, served, prepared.planned.model) or 0.0
             sim = SimUsage(
                 usage.prompt_tokens,
                 usage.cache_read_tokens,
@@ -186,6 +212,8 @@ class Ledger:
             usages["reported"] = sim
             rep.arms["reported"].add(sim)
             self.totals["reported"].add(sim)
+            if self.sim_errors and served == t.name and "as_sent" in results:
+                self._push(self.errors, SimErrorRecord(session, request, "as_sent", results["as_sent"].usage, sim))
         if self._ideal is not None:
             self._ideal.run(prepared.planned)  # markers are not content: the planned chain is the repaired one
             self._pending.append((rep, request, prepared.at, usages, prepared))
@@ -223,7 +251,10 @@ class Ledger:
                     totals[a].merge(m)
         breaks = [b for b in self.breaks if prefix is None or b.session.startswith(prefix)]
         misses = [m for m in self.misses if prefix is None or m.session.startswith(prefix)]
-        return AuditReport(provider, model, totals, sessions, breaks, misses, list(self.turns))
+        errors = [e for e in self.errors if prefix is None or e.session.startswith(prefix)]
+        report = AuditReport(provider, model, totals, sessions, breaks, misses, list(self.turns))
+        report.simulator_errors = errors
+        return report
 
     # ---- parts -------------------------------------------------------------------------------
 
@@ -281,9 +312,11 @@ class Ledger:
         for arm in self.simulated:
             sim = target.simulator(self.model)
             assert sim is not None
+            if isinstance(sim, OpenAISimulator):
+                sim.overflow = self.overflow
             sims[arm] = sim
         limit = None if self.max_sessions is None else 4096
-        return _Scope(target, sims, _StaticIndex(limit), last)
+        return _Scope(target, sims, _StaticIndex(limit), last, KeyArms(self.rpm_per_key))
 
     def _bound_sims(self) -> None:
         if self.max_sessions is None:

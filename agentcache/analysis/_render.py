@@ -4,7 +4,8 @@
 Sections: a header line (and a line naming any model the price table does not know), the per-arm totals,
 the breaks (summarised by cause, then the largest individual breaks), the misses grouped by (arm, cause), the
 provider's own miss reasons beside agentcache's causes with their agreement (when the recorded responses carry
-them), and the sessions that agentcache saves the most on. Numbers are right-aligned with thousands separators.
+them), the simulator's error against the usage the provider reported (when the records carry it), and the
+sessions that agentcache saves the most on. Numbers are right-aligned with thousands separators.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ._report import (
     ModelRecord,
     ProviderMissRecord,
     SessionReport,
+    SimErrorRecord,
     TurnRecord,
     provider_summary,
 )
@@ -85,6 +87,7 @@ def render_report(report: AuditReport, console: Console, max_breaks: int = 20, t
     _render_breaks(report.breaks, console, max_breaks)
     _render_misses(report.misses, console)
     _render_provider(report.provider_misses, console)
+    _render_sim_errors(report.simulator_errors, console, max_breaks)
     _render_ttl(report.turns, console)
     if report.sessions:
         console.print(_sessions_table(report.sessions, top_sessions))
@@ -119,6 +122,31 @@ def _render_provider(misses: list[ProviderMissRecord], console: Console) -> None
     console.print(table)
 
 
+def _render_sim_errors(errors: list[SimErrorRecord], console: Console, limit: int) -> None:
+    """The simulated arm against the reported usage, per request (the ``limit`` largest read errors), and in all:
+    the simulator's error, simulated − reported."""
+    if not errors:
+        return
+    arm = errors[0].arm
+    shown = sorted(errors, key=lambda e: -abs(e.simulated.cache_read_tokens - e.reported.cache_read_tokens))[:limit]
+    cols = ["session", ">request", ">reported read", f">{arm} read", ">read error", ">write error", ">prompt error"]
+    cols.append(">USD error")
+    table = _table(f"Simulator error ({arm} − reported; largest {len(shown)} of {len(errors)})", cols)
+    for e in shown:
+        err = e.error()
+        table.add_row(
+            e.session,
+            _int(e.request),
+            _int(e.reported.cache_read_tokens),
+            _int(e.simulated.cache_read_tokens),
+            f"{err['cache_read_tokens']:+,}",
+            f"{err['cache_write_tokens']:+,}",
+            f"{err['prompt_tokens']:+,}",
+            f"{err['cost_usd']:+,.4f}",
+        )
+    console.print(table)
+
+
 def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
     """One row per arm with token counts, hit rate, cost and the saving against ``as_sent``."""
     table = _table(
@@ -128,7 +156,7 @@ def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
     base = totals.get("as_sent")
     for arm, m in totals.items():
         saved = "—"
-        if arm != "as_sent" and base is not None:
+        if arm not in ("as_sent", "reported") and base is not None:  # reported is the truth, not a strategy
             diff = base.cost_usd - m.cost_usd
             share = f" ({diff / base.cost_usd * 100:.1f}%)" if base.cost_usd else ""
             saved = _usd(diff) + share

@@ -6,7 +6,10 @@
 ``{requests, prompt_tokens, cache_read_tokens, cache_write_tokens, uncached_tokens, hit_rate, cost_usd}``,
 MODEL ``{provider, model, known, priced_as, requests}`` (``known: false``: not in the price table, priced as
 ``priced_as``, the provider's default) and PROVIDER_MISS ``{session, request, provider, reason, missed_tokens,
-ours, agrees}`` (:class:`ProviderMissRecord`).
+ours, agrees}`` (:class:`ProviderMissRecord`). When the records carry the usage the provider reported, ARM includes
+``reported`` (that usage, priced by the provider that served it), and, where the simulated ``as_sent`` arm models
+that same provider, ``"simulator_error": {"arm", "error", "mean_abs_read_error", "requests": [{"session",
+"request", "arm", "simulated", "reported", "error"}]}`` (:class:`SimErrorRecord`; error = simulated − reported).
 """
 
 from __future__ import annotations
@@ -140,6 +143,68 @@ def provider_summary(misses: list[ProviderMissRecord]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class SimErrorRecord:
+    """The simulator's error on one request: what ``arm`` (the simulated arm that models the cache which served
+    the request, ``as_sent``) says it read and wrote, against the usage the provider reported for it. The
+    ``error`` of each field is simulated − reported (tokens; USD for ``cost_usd``): positive when the simulator
+    over-counts. Recorded traffic the loader had to rebuild (a placeholder system prompt, markers not recorded)
+    counts as the simulator's error too: it is what the simulated arms stand on."""
+
+    session: str
+    request: int
+    arm: str
+    simulated: SimUsage
+    reported: SimUsage
+
+    def error(self) -> dict[str, Any]:
+        """Simulated − reported, per field."""
+        s, r = self.simulated, self.reported
+        out: dict[str, Any] = {f: getattr(s, f) - getattr(r, f) for f in _TOKEN_FIELDS}
+        out["cost_usd"] = round(s.cost_usd - r.cost_usd, 6)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object: ``session``, ``request``, ``arm``, ``simulated``, ``reported`` (token fields and
+        ``cost_usd``) and ``error``."""
+        return {
+            "session": self.session,
+            "request": self.request,
+            "arm": self.arm,
+            "simulated": _usage_dict(self.simulated),
+            "reported": _usage_dict(self.reported),
+            "error": self.error(),
+        }
+
+
+_TOKEN_FIELDS = ("prompt_tokens", "cache_read_tokens", "cache_write_tokens", "uncached_tokens")
+
+
+def _usage_dict(u: SimUsage) -> dict[str, Any]:
+    out: dict[str, Any] = {f: getattr(u, f) for f in _TOKEN_FIELDS}
+    out["cost_usd"] = round(u.cost_usd, 6)
+    return out
+
+
+def simulator_error_summary(records: list[SimErrorRecord]) -> dict[str, Any]:
+    """The ``simulator_error`` object: the ``arm`` compared, the summed ``error`` over all ``requests`` (each
+    :meth:`SimErrorRecord.to_dict`), and ``mean_abs_read_error`` (mean of |simulated − reported| cache-read
+    tokens per request)."""
+    total: dict[str, Any] = {f: 0 for f in _TOKEN_FIELDS}
+    total["cost_usd"] = 0.0
+    for r in records:
+        for k, v in r.error().items():
+            total[k] += v
+    total["cost_usd"] = round(total["cost_usd"], 6)
+    mean = sum(abs(r.error()["cache_read_tokens"]) for r in records) / len(records) if records else 0.0
+    return {
+        "arm": records[0].arm if records else None,
+        "error": total,
+        "mean_abs_read_error": round(mean, 3),
+        "requests": [r.to_dict() for r in records],
+    }
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRecord:
     """One request of one session as each arm saw it (for per-turn charts and tests; not part of the
     JSON document). ``repairs``: the causes the ``agentcache`` arm repaired on this request;
@@ -191,10 +256,12 @@ class AuditReport:
     errors: list[InputError] = field(default_factory=list)
     models: list[ModelRecord] = field(default_factory=list)
     provider_misses: list[ProviderMissRecord] = field(default_factory=list)
+    simulator_errors: list[SimErrorRecord] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON document, with exactly the documented top-level keys."""
-        return {
+        """The JSON document, with exactly the documented top-level keys (``simulator_error`` only when the
+        records carried usage reported by the cache the arms simulate)."""
+        out = {
             "provider": self.provider,
             "model": self.model,
             "totals": {a: m.to_dict() for a, m in self.totals.items()},
@@ -204,3 +271,6 @@ class AuditReport:
             "models": [m.to_dict() for m in self.models],
             "provider_diagnostics": provider_summary(self.provider_misses),
         }
+        if self.simulator_errors:
+            out["simulator_error"] = simulator_error_summary(self.simulator_errors)
+        return out

@@ -12,6 +12,9 @@ source            fields read (wire names)
                   uses the same fields)
 ``openai.chat``   ``usage.prompt_tokens`` (whole prompt), ``prompt_tokens_details.cached_tokens``,
                   ``cache_write_tokens`` (top level or in ``prompt_tokens_details``, when present)
+``litellm``       LiteLLM's OpenAI-form ``usage`` of an Anthropic call: ``prompt_tokens`` (whole prompt),
+                  ``prompt_tokens_details.cached_tokens`` / ``cache_read_input_tokens`` and the Anthropic-only
+                  ``cache_creation_input_tokens`` (docs.litellm.ai/docs/completion/prompt_caching)
 ``openai.responses``  ``usage.input_tokens`` (whole prompt), ``input_tokens_details.cached_tokens``
 ``sglang``        ``meta_info.prompt_tokens`` / ``cached_tokens`` / ``cached_tokens_details``
                   ``{device, host, storage}`` (``/generate``), or ``cached_tokens_details`` beside the
@@ -47,6 +50,7 @@ __all__ = [
     "merge_anthropic_usage",
     "normalize_usage",
     "read_field",
+    "served_by",
 ]
 
 
@@ -98,6 +102,25 @@ class CacheUsage:
         if self.diagnosis is not None:
             out["diagnosis"] = {"provider": self.diagnosis.provider, "reason": self.diagnosis.reason}
         return out
+
+
+#: The cache whose rules produced usage read in each format (``source``): ``litellm`` is LiteLLM's OpenAI form of
+#: Anthropic's usage. DeepSeek's own cache is none of the simulated ones.
+_SOURCE_PROVIDER = {
+    "anthropic": "anthropic",
+    "litellm": "anthropic",
+    "openai.chat": "openai",
+    "openai.responses": "openai",
+    "sglang": "engine",
+    "llama.cpp": "engine",
+}
+
+
+def served_by(usage: CacheUsage) -> str | None:
+    """The target name (``anthropic``, ``openai``, ``engine``) whose cache rules the reported ``usage`` follows,
+    from the format it was read in; None for a cache agentcache does not simulate (DeepSeek). An Anthropic-form
+    usage from llama.cpp's ``/v1/messages`` reads as ``anthropic``: the fields alone cannot tell them apart."""
+    return _SOURCE_PROVIDER.get(usage.source)
 
 
 def as_dict(obj: Any) -> dict[str, Any] | None:
@@ -157,8 +180,9 @@ def from_anthropic(usage: Mapping[str, Any]) -> CacheUsage:
 
 
 def from_openai_chat(usage: Mapping[str, Any], timings: Mapping[str, Any] | None = None) -> CacheUsage:
-    """Chat Completions ``usage``; DeepSeek's hit/miss fields, SGLang's ``cached_tokens_details``
-    and llama.cpp's ``timings`` (given separately: it sits beside ``usage``) are recognised."""
+    """Chat Completions ``usage``; DeepSeek's hit/miss fields, SGLang's ``cached_tokens_details``, LiteLLM's
+    Anthropic cache fields and llama.cpp's ``timings`` (given separately: it sits beside ``usage``) are
+    recognised."""
     details = _sub(usage, "prompt_tokens_details")
     out = _opt_int(usage.get("completion_tokens"))
     if "prompt_cache_hit_tokens" in usage or "prompt_cache_miss_tokens" in usage:
@@ -167,10 +191,16 @@ def from_openai_chat(usage: Mapping[str, Any], timings: Mapping[str, Any] | None
     if timings and "cache_n" in timings:
         read, processed = _int(timings.get("cache_n")), _int(timings.get("prompt_n"))
         return _make(max(_int(usage.get("prompt_tokens")), read + processed), read, 0, "llama.cpp", out=out)
+    read = _int(details.get("cached_tokens"))
+    if "cache_creation_input_tokens" in usage or "cache_read_input_tokens" in usage:
+        # LiteLLM in front of Anthropic: OpenAI's shape, Anthropic's cache fields beside it (the write is
+        # Anthropic's ``cache_creation_input_tokens``; ``prompt_tokens`` already counts it).
+        read = max(read, _int(usage.get("cache_read_input_tokens")))
+        write = _int(usage.get("cache_creation_input_tokens"))
+        return _make(_int(usage.get("prompt_tokens")), read, write, "litellm", out=out)
     write = _int(usage.get("cache_write_tokens") or details.get("cache_write_tokens"))
     tiers = usage.get("cached_tokens_details") or details.get("cached_tokens_details")
     source = "sglang" if tiers is not None else "openai.chat"
-    read = _int(details.get("cached_tokens"))
     return _make(_int(usage.get("prompt_tokens")), read, write, source, out=out, tiers=tiers)
 
 

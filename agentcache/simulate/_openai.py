@@ -6,8 +6,14 @@ automatically; a hit is the longest cached prefix, counted in ``hit_increment_to
 above the minimum; requests are routed by a hash of their first ~256 tokens joined with
 ``prompt_cache_key``, and only requests routed alike share entries; an entry lives
 ``in_memory_ttl_seconds`` after its last use (``extended_ttl_seconds`` with 24h retention).
-No write surcharge. Not modelled: overflow to other machines above ~15 requests/min per
-prefix+key (recorded traffic rarely has the timestamps to tell), so hit rates are upper bounds there.
+No write surcharge.
+
+Overflow ("requests for the same prefix and key above roughly ``requests_per_minute_per_key`` (15) per minute
+may overflow to additional machines, reducing cache effectiveness", same page) is modelled only when the
+simulator is told its times are real (``overflow=True``; the audit does so when every record has a time): the
+first 15 requests of a partition within any 60 s land on its first machine, the next 15 on a second, and so
+on, each machine with its own entries. Without times a burst cannot be told from a day of traffic, so nothing
+overflows and hit rates are upper bounds. A read lost to overflow has no cause name (docs/design.md lists none).
 
 Models with breakpoints (gpt-5.6 and later, ``OpenAIRules.breakpoints``) are matched exactly at a
 breakpoint instead: each request writes at most 4 (in ``implicit`` mode one implicit breakpoint at the
@@ -19,6 +25,7 @@ hit is the deepest entry on the request's path, with no lookback limit and no 12
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 
 from ..model import _causes as C
@@ -30,8 +37,29 @@ _EXTENDED = ("24h", "extended")
 
 
 @dataclass(slots=True)
+class _Partition:
+    """One routing partition (prefix hash + key): its machines' entries (chain hash → last use or expiry) and its
+    request times of the last minute (for overflow)."""
+
+    machines: list[dict[bytes, float]] = field(default_factory=lambda: [{}])
+    times: deque[float] = field(default_factory=deque)
+
+    def machine(self, now: float, rpm: float | None) -> dict[bytes, float]:
+        """The entries of the machine a request at ``now`` lands on (the first one unless ``rpm`` overflows)."""
+        if rpm is None:
+            return self.machines[0]
+        while self.times and self.times[0] <= now - 60.0:
+            self.times.popleft()
+        index = int(len(self.times) // rpm)
+        self.times.append(now)
+        while len(self.machines) <= index:
+            self.machines.append({})
+        return self.machines[index]
+
+
+@dataclass(slots=True)
 class _Scope:
-    partitions: dict[tuple[bytes, str], dict[bytes, float]] = field(default_factory=dict)
+    partitions: dict[tuple[bytes, str], _Partition] = field(default_factory=dict)
     seen: SeenIndex = field(default_factory=SeenIndex)
 
 
@@ -60,12 +88,14 @@ def cached_tokens(tokens: int, rules: OpenAIRules) -> int:
 
 
 class OpenAISimulator:
-    """Replays canonical requests, in time order, through one model of OpenAI's prompt cache."""
+    """Replays canonical requests, in time order, through one model of OpenAI's prompt cache. ``overflow``: the
+    times given to :meth:`run` are real, so a partition above its per-minute rate overflows (module docstring)."""
 
     provider = "openai"
 
-    def __init__(self, model: str | None = None):
+    def __init__(self, model: str | None = None, overflow: bool = False):
         self._model = model
+        self.overflow = overflow
         self._scopes: ModelScopes[_Scope] = ModelScopes(_Scope)
 
     def run(self, req: CanonicalRequest, now: float) -> SimResult:
@@ -76,7 +106,10 @@ class OpenAISimulator:
         m_blocks = scope.seen.depth(req)
         matched = req.tokens_before(m_blocks)
         key = (routing_hash(req, rules.routing_prefix_tokens), partition_key(req.cache_key))
-        part = scope.partitions.setdefault(key, {})
+        partition = scope.partitions.get(key)
+        if partition is None:
+            partition = scope.partitions[key] = _Partition()
+        part = partition.machine(now, rules.requests_per_minute_per_key if self.overflow else None)
         ttl = rules.extended_ttl_seconds if (req.retention or "") in _EXTENDED else rules.in_memory_ttl_seconds
         if rules.breakpoints:
             return self._run_breakpoints(req, now, rules, part, scope, m_blocks, matched)
