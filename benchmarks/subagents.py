@@ -60,11 +60,18 @@ def subagent_fanout(
             if i == mid:
                 base: dict[str, Any] = recs[i - 1].body
                 for s in range(fanout):
-                    messages = [*base["messages"], {"role": "user", "content": f"Subtask {s}: check {outputs[k % len(outputs)][:80]}"}]
+                    messages = [
+                        *base["messages"],
+                        {"role": "user", "content": f"Subtask {s}: check {outputs[k % len(outputs)][:80]}"},
+                    ]
                     for step in range(steps):
                         body = {**base, "messages": list(messages)}
                         out.append(Record(f"{parent}.sub{s}", "openai.chat", body, t + 0.5 * s + 4.0 * step))
-                        call = {"id": f"c{p}_{s}_{step}", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+                        call = {
+                            "id": f"c{p}_{s}_{step}",
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": "{}"},
+                        }
                         messages += [
                             {"role": "assistant", "content": None, "tool_calls": [call]},
                             {"role": "tool", "tool_call_id": call["id"], "content": outputs[k % len(outputs)]},

@@ -25,7 +25,8 @@ class PlanOptions:
     """What to sweep and how to time it.
 
     ``l1``/``l2``/``l3``: capacities in tokens to sweep (every combination; ``l2``/``l3`` may be a
-    :class:`~._capacity.Ratio` of L1; an empty ``l1`` sweeps 1, 2, 4 and 8 x the largest prompt, capped at the working set).
+    :class:`~._capacity.Ratio` of L1; an empty ``l1`` sweeps 1, 2, 4 and 8 x the largest prompt, capped at the
+    working set).
     ``evictions``: ``lru``/``session``/``slot``. ``page_size``: tokens per page (SGLang ``--page-size``).
     ``rate``/``concurrency``: timing when records carry no ``at``. ``idle_timeout``: seconds before an idle session
     is closed (the proxy's default is 3600); ``close_at_end``: close a session after its last recorded request.
@@ -238,10 +239,7 @@ def _recommend(configs: list[ConfigResult], options: PlanOptions, working: int) 
                 flags += ["--l2", f"{l2 / l1:g}"]
         if l3:
             flags += ["--l3", "file:/var/cache/agentcache-kv"]
-        if not options.kv_bytes and l2:
-            why_l2 = "L2 as a ratio of the GPU KV pool"
-        else:
-            why_l2 = ""
+        why_l2 = "L2 as a ratio of the GPU KV pool" if not options.kv_bytes and l2 else ""
         reason = (
             f"L1 {l1:,} tokens holds the working set ({working:,})"
             if not flags and l1 >= working

@@ -183,9 +183,7 @@ class TieredRadixCache:
         self.peak["l2"] = max(self.peak["l2"], self._n2 * p)
         self.peak["l3"] = max(self.peak["l3"], len(self._l3) * p)
         hit1, hit2, hit3 = n1 * p, n2 * p, n3 * p
-        return Access(
-            tokens, hit1, hit2, hit3, tokens - hit1 - hit2 - hit3, self.evicted_tokens - before
-        )
+        return Access(tokens, hit1, hit2, hit3, tokens - hit1 - hit2 - hit3, self.evicted_tokens - before)
 
     def release(self, session: str) -> None:
         """Close ``session``: drop its references (SGLang ``release_radix_session``); nothing is evicted now."""
