@@ -207,7 +207,8 @@ def serve_command(
         str | None, typer.Option("--l2", help="Host-memory tier: a ratio of the GPU KV pool (2) or a size (16GB).")
     ] = None,
     l3: Annotated[
-        str | None, typer.Option("--l3", help="Storage tier: none, file:DIR, mooncake[:HOST:PORT] or lmcache[:CONFIG] (SGLang).")
+        str | None,
+        typer.Option("--l3", help="Storage tier: none, file:DIR, mooncake[:HOST:PORT] or lmcache[:CONFIG] (SGLang)."),
     ] = None,
     workers: Annotated[int, typer.Option(help="SGLang engines behind a cache-aware router.")] = 1,
     prefix_cache: Annotated[
