@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._capacity import kv_bytes_from_config, parse_sizes
 from ._plan import PlanOptions, PlanReport, plan
 from ._render import render_plan
-from ._run import ConfigResult, CostModel, PlanConfig, Step, schedule, simulate
+from ._run import ConfigResult, CostModel, PlanConfig, Step, percentile, schedule, simulate
 from ._tokens import BlockRenderer, Prompt, Renderer, ServerRenderer, ids_prompt
 from ._tree import EVICTIONS, Access, TieredRadixCache
 
@@ -32,6 +32,7 @@ __all__ = [
     "ids_prompt",
     "kv_bytes_from_config",
     "parse_sizes",
+    "percentile",
     "plan",
     "render_plan",
     "schedule",

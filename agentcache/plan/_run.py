@@ -68,8 +68,8 @@ def schedule(
 
 @dataclass(frozen=True, slots=True)
 class PlanConfig:
-    """One configuration: tier capacities in tokens (0: no tier) and the L1 eviction (``lru``, ``session`` or
-    ``slot``)."""
+    """One configuration: tier capacities in tokens (0: no tier; an L1 of 0: no prefix cache) and the L1
+    eviction (``lru``, ``session`` or ``slot``)."""
 
     l1_tokens: int
     l2_tokens: int = 0
@@ -168,8 +168,14 @@ def simulate(
     close_at_end: bool = True,
     cost: CostModel | None = None,
 ) -> ConfigResult:
-    """Replay ``steps`` through one :class:`TieredRadixCache` built from ``config``; see the module docstring."""
-    tree = TieredRadixCache(page_size, config.l1_tokens, config.l2_tokens, config.l3_tokens, config.eviction)
+    """Replay ``steps`` through one :class:`TieredRadixCache` built from ``config``; see the module docstring.
+    ``config.l1_tokens`` 0 is no prefix cache at all (SGLang ``--disable-radix-cache``): every token is
+    prefilled."""
+    tree = (
+        TieredRadixCache(page_size, config.l1_tokens, config.l2_tokens, config.l3_tokens, config.eviction)
+        if config.l1_tokens
+        else None
+    )
     result = ConfigResult(config)
     last_seen: dict[str, float] = {}
     busy_until = 0.0
@@ -177,11 +183,15 @@ def simulate(
     end = steps[-1].at if steps else 0.0
     completed = 0
     for step in steps:
-        if idle_timeout is not None:
-            for s in [s for s, t in last_seen.items() if step.at - t > idle_timeout]:
-                tree.release(s)
-                del last_seen[s]
-        access = tree.request(step.prompt.page_keys(page_size), step.prompt.tokens, step.session)
+        if tree is None:
+            n = step.prompt.tokens
+            access = Access(n, 0, 0, 0, n, 0)
+        else:
+            if idle_timeout is not None:
+                for s in [s for s, t in last_seen.items() if step.at - t > idle_timeout]:
+                    tree.release(s)
+                    del last_seen[s]
+            access = tree.request(step.prompt.page_keys(page_size), step.prompt.tokens, step.session)
         result.requests += 1
         result.prompt_tokens += access.prompt
         result.l1_hit_tokens += access.l1
@@ -196,13 +206,15 @@ def simulate(
             busy_until = start + p + f
             result.ttft_s.append(busy_until - step.at)
             completed += end <= 0 or busy_until <= end  # first token within the trace's span
+        if tree is None:
+            continue
         if step.last and close_at_end:
             tree.release(step.session)
             last_seen.pop(step.session, None)
         else:
             last_seen[step.session] = step.at
-    result.evicted_tokens = tree.evicted_tokens
-    result.peak = dict(tree.peak)
+    result.evicted_tokens = tree.evicted_tokens if tree is not None else 0
+    result.peak = dict(tree.peak) if tree is not None else {}
     if cost is not None:
         result.prefill_s, result.fetch_s, result.completed = prefill_s, fetch_s, completed
     return result
