@@ -175,8 +175,13 @@ def plan(records: Sequence[Record], options: PlanOptions, renderer: Renderer | N
     steps, timing = schedule(sessions, ats, prompts, options.rate, options.concurrency)
     page = options.page_size
     total = sum(p.tokens for p in prompts)
-    sim = {"idle_timeout": options.idle_timeout, "close_at_end": options.close_at_end, "cost": options.cost}
-    unbounded = simulate(steps, PlanConfig(max(total, page)), page, **sim)  # type: ignore[arg-type]
+
+    def run(config: PlanConfig) -> ConfigResult:
+        return simulate(
+            steps, config, page, idle_timeout=options.idle_timeout, close_at_end=options.close_at_end, cost=options.cost
+        )
+
+    unbounded = run(PlanConfig(max(total, page)))
     working = max(unbounded.peak.get("l1", 0), page)
     largest = -(-max((p.tokens for p in prompts), default=page) // page) * page
     l1s = options.l1 or tuple(sorted({min(largest * k, max(working, largest)) for k in (1, 2, 4, 8)}))
@@ -185,7 +190,7 @@ def plan(records: Sequence[Record], options: PlanOptions, renderer: Renderer | N
         for l2 in dict.fromkeys(resolve(v, l1) for v in options.l2):
             for l3 in dict.fromkeys(resolve(v, l1) for v in options.l3):
                 for ev in options.evictions:
-                    configs.append(simulate(steps, PlanConfig(l1, l2, l3, ev), page, **sim))  # type: ignore[arg-type]
+                    configs.append(run(PlanConfig(l1, l2, l3, ev)))
     name = getattr(render, "name", type(render).__name__)
     assumptions = [f"tokens: {name}", f"time: {timing}", f"page size {page} tokens (SGLang --page-size)"]
     assumptions.append(
