@@ -479,7 +479,10 @@ def plan_command(
         if not errors.count:
             errors.add("no records to plan in " + ", ".join(str(p) for p in paths))
         raise typer.Exit(EXIT_BAD_INPUT)
-    renderer = ServerRenderer(server) if server else BlockRenderer()
+    try:
+        renderer = ServerRenderer(server) if server else BlockRenderer()
+    except ImportError as exc:  # httpx is the serve extra's
+        raise fail(f"agentcache plan --server needs {exc.name or 'httpx'}: pip install 'agentcache[serve]'") from None
     report = plan(records, options, renderer)
     for err in report.errors:
         errors.record(err)

@@ -243,7 +243,7 @@ def _recommend(configs: list[ConfigResult], options: PlanOptions, working: int) 
             else:
                 flags += ["--l2", f"{l2 / l1:g}"]
         if l3:
-            flags += ["--l3", "file:/var/cache/agentcache-kv"]
+            flags += ["--l3", "file:DIR"]
         why_l2 = "L2 as a ratio of the GPU KV pool" if not options.kv_bytes and l2 else ""
         reason = (
             f"L1 {l1:,} tokens holds the working set ({working:,})"
