@@ -21,7 +21,16 @@ Here (CPU, llama.cpp + SmolLM2; small numbers)::
   llama.cpp puts them), ``cache-on+affinity`` (each session pinned to its own slot with ``id_slot``).
 
 Each config starts a fresh ``agentcache serve`` (so no config inherits another's cache), waits for its "ready"
-line, replays, and stops it with SIGTERM.
+line, replays, and stops it with SIGTERM. On the GPU box the ``LMCache`` config is ``--l3 lmcache --l2 16GB``
+(SGLang ``--enable-lmcache`` and an ``lmcache server`` with 16 GB of CPU memory).
+
+Without a GPU (``--planned``), the three configs of the pre-launch checklist (no cache, the engine's prefix cache,
+LMCache tiered) are estimated with ``agentcache plan``'s radix tree and cost model instead, with five figures per
+config: hit tokens, cache read time, prefill time, TTFT p50/p95/p99, completed requests. Every timing input is an
+assumption (``--prefill-tps``, ``--l2-gbps``, ``--kv-bytes-per-token``; defaults: Qwen3-8B bf16 KV, 147,456
+bytes/token) and the tiers' semantics hold by contract, not by measurement::
+
+    python benchmarks/multiturn.py --planned --gpu-tokens 10240,40960
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ CONFIGS: dict[str, tuple[Config, ...]] = {
         Config("L1", ("--no-session-cache",), "direct"),
         Config("L1+L2", ("--no-session-cache", "--l2", "2"), "direct"),
         Config("L1+L2+session", ("--l2", "2"), "agentcache"),
+        Config("LMCache", ("--l3", "lmcache", "--l2", "16GB"), "agentcache"),
     ),
     "llama.cpp": (
         Config("cache-off", ("--no-prefix-cache",), "direct"),
@@ -183,6 +193,50 @@ def run(args: argparse.Namespace) -> list[ReplayResult]:
     return results
 
 
+def planned(args: argparse.Namespace) -> str:
+    """The three-config comparison estimated by the planner (see the module docstring), as a Markdown table."""
+    from agentcache.plan import CostModel, schedule
+    from agentcache.plan._tokens import BlockRenderer
+    from benchmarks.subagents import subagent_fanout
+
+    records = subagent_fanout() if args.data == "fanout" else load(args.data).records
+    render = BlockRenderer()
+    prompts = [render(r) for r in records]
+    steps, timing = schedule([r.session for r in records], [r.at for r in records], prompts, args.rate, 4)
+    cost = CostModel(args.prefill_tps, args.kv_bytes_per_token, args.l2_gbps, args.l2_gbps)
+    out = []
+    for gpu in [int(g) for g in str(args.gpu_tokens).split(",")]:
+        out.append(_planned_table(steps, timing, gpu, cost, args))
+    return "\n\n".join(out)
+
+
+def _planned_table(steps: list, timing: str, gpu: int, cost: object, args: argparse.Namespace) -> str:  # type: ignore[type-arg]
+    from agentcache.plan import PlanConfig, percentile, simulate
+
+    configs = [
+        ("no cache", PlanConfig(0), 64),
+        ("engine prefix cache (L1, session-aware)", PlanConfig(gpu, 0, 0, "session"), 64),
+        # LMCache keeps KV in the lmcache server's CPU memory, modelled as an L2 (its 256-token chunks are not:
+        # pages of 64 throughout, so the tiered config's hits are an upper bound by up to a chunk per request).
+        ("LMCache tiered (L1 + CPU)", PlanConfig(gpu, args.lmcache_tokens, 0, "session"), 64),
+    ]
+    lines = [
+        f"workload: {len(steps)} requests ({timing}); GPU KV pool {gpu:,} tokens; assumed prefill "
+        f"{args.prefill_tps:g} tokens/s, CPU->GPU {args.l2_gbps:g} GB/s, {args.kv_bytes_per_token:,} KV bytes/token",
+        "",
+        "| config | hit tokens | cache read s | prefill s | TTFT p50/p95/p99 s | completed |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, config, page in configs:
+        r = simulate(steps, config, page, cost=cost)  # type: ignore[arg-type]
+        ttft = "/".join(f"{percentile(r.ttft_s, q):.2f}" for q in (50, 95, 99))
+        lines.append(
+            f"| {name} | {r.hit_tokens:,} | {r.fetch_s or 0:.2f} | {r.prefill_s or 0:.1f} | {ttft} | "
+            f"{r.completed}/{r.requests} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", choices=sorted(CONFIGS), default="llama.cpp")
@@ -202,7 +256,22 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per request")
     parser.add_argument("--out", help="write the Markdown table here")
     parser.add_argument("--json", help="write every result (per request) here")
+    parser.add_argument("--planned", action="store_true", help="estimate the 3 configs with the planner (no GPU)")
+    parser.add_argument("--gpu-tokens", default="10240,40960", help="--planned: GPU KV pool sizes, tokens")
+    parser.add_argument("--lmcache-tokens", type=int, default=400_000, help="--planned: LMCache CPU tier, tokens")
+    parser.add_argument("--prefill-tps", type=float, default=8000.0, help="--planned: assumed prefill tokens/s")
+    parser.add_argument("--l2-gbps", type=float, default=20.0, help="--planned: assumed CPU->GPU GB/s")
+    parser.add_argument("--kv-bytes-per-token", type=int, default=147_456, help="--planned: Qwen3-8B bf16")
+    parser.add_argument("--rate", type=float, default=1.0, help="--planned: requests/s without timestamps")
     args = parser.parse_args()
+    if args.planned:
+        if args.data == str(TAU):
+            args.data = "fanout"
+        table = planned(args)
+        print(table)
+        if args.out:
+            Path(args.out).write_text(table + "\n")
+        return
     if args.model is None:
         if args.engine == "sglang":
             parser.error("--model is required with --engine sglang")

@@ -54,9 +54,35 @@ def test_parse_l3() -> None:
     assert parse_l3("file:/data/kv") == L3("file", path=Path("/data/kv"))
     assert parse_l3("mooncake") == L3("mooncake")
     assert parse_l3("mooncake:10.0.0.5:50051") == L3("mooncake", master="10.0.0.5:50051")
+    assert parse_l3("lmcache") == L3("lmcache")
+    assert parse_l3("lmcache:/etc/lm.yaml") == L3("lmcache", path=Path("/etc/lm.yaml"))
     for bad in ("file", "file:", "redis", "mooncake:nohostport"):
         with pytest.raises(ConfigError):
             parse_l3(bad)
+
+
+def test_lmcache_tier_replaces_hicache_and_refuses_what_cannot_work(tmp_path: Path) -> None:
+    own = build_plan(ServeOptions("m", l3=L3("lmcache"), l2=L2(size_gb=32), port=32100), Toolchain())
+    (server,) = [p for p in own.processes if p.name == "lmcache-server"]
+    assert server.stage == 0 and server.ready is not None and server.ready.port == 5555
+    assert server.argv[server.argv.index("--l1-size-gb") + 1] == "32"
+    (engine,) = [p for p in own.processes if p.role == "engine"]
+    argv = list(engine.argv)
+    assert "--enable-hierarchical-cache" not in argv and "--hicache-size" not in argv
+    config = argv[argv.index("--lmcache-config-file") + 1]
+    assert own.files == ((config, "mp_host: 127.0.0.1\nmp_port: 5555\n"),)
+    users = build_plan(ServeOptions("m", l3=L3("lmcache", path=tmp_path / "lm.yaml")), Toolchain())
+    assert not users.files and all(p.name != "lmcache-server" for p in users.processes)
+    engine_argv = next(p.argv for p in users.processes if p.role == "engine")
+    assert engine_argv[engine_argv.index("--lmcache-config-file") + 1] == str(tmp_path / "lm.yaml")
+    for bad in (
+        ServeOptions("m", l3=L3("lmcache"), l2=L2(ratio=2.0)),
+        ServeOptions("m", l3=L3("lmcache", path=tmp_path / "lm.yaml"), l2=L2(size_gb=8)),
+        ServeOptions("m", l3=L3("lmcache"), page_size=48),
+        ServeOptions("m.gguf", l3=L3("lmcache")),
+    ):
+        with pytest.raises(ConfigError):
+            build_plan(bad, Toolchain())
 
 
 def test_engine_auto_follows_the_model() -> None:

@@ -37,6 +37,7 @@ from agentcache.serve import L2, L3, ServeOptions, Toolchain, build_plan
 from agentcache.serve._sglang import (
     DUMMY_WEIGHTS_ARGS,
     FILE_DIR_ENV,
+    LMCACHE_CONFIG_KEYS,
     MOONCAKE_CONFIG_KEYS,
     SGLANG_FLAGS,
     SGLANG_VERSION,
@@ -204,7 +205,10 @@ def combinations() -> list[ServeOptions]:
     out = []
     l2s = [None, L2(ratio=2.0), L2(ratio=1.5), L2(size_gb=16)]
     l3s = [None, L3("file", path=Path("/tmp/agentcache-l3")), L3("mooncake"), L3("mooncake", master="10.0.0.5:50051")]
+    l3s += [L3("lmcache"), L3("lmcache", path=Path("/etc/lmcache.yaml"))]
     for l2, l3, workers, session in itertools.product(l2s, l3s, (1, 2), (True, False)):
+        if l3 is not None and l3.kind == "lmcache" and l2 is not None and (l2.ratio or l3.path):
+            continue  # refused by ServeOptions.validate (test_serve.py checks the refusal)
         out.append(ServeOptions("Qwen/Qwen3-8B", l2=l2, l3=l3, workers=workers, session_cache=session))
     out.append(ServeOptions("Qwen/Qwen3-8B", prefix_cache=False))
     out.append(ServeOptions("Qwen/Qwen3-8B", workers=2, prefix_cache=False))
@@ -275,6 +279,31 @@ def test_environment_variable_and_mooncake_keys_exist(wheel: zipfile.ZipFile) ->
     for key in MOONCAKE_CONFIG_KEYS:
         assert f'"{key}"' in body or f"'{key}'" in body or key == "local_hostname", key
     assert 'overrides.get("local_hostname")' in store
+
+
+def test_lmcache_dry_run_enables_lmcache_with_the_config_sglang_reads(
+    fields: dict[str, Field], wheel: zipfile.ZipFile, tmp_path: Path
+) -> None:
+    args = ["serve", "Qwen/Qwen3-8B", "--dry-run", "--l3", "lmcache", "--l2", "16GB", "--port", "31000"]
+    result = CliRunner().invoke(cli.app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "--enable-lmcache" in result.stdout
+    commands = [shlex.split(ln) for ln in result.stdout.splitlines() if ln and not ln.startswith("#")]
+    (engine,) = [c for c in commands if "sglang.launch_server" in c]
+    parsed = parser_from(fields).parse_args(engine[engine.index("sglang.launch_server") + 1 :])
+    assert parsed.enable_lmcache and not parsed.enable_hierarchical_cache
+    config = parsed.lmcache_config_file
+    assert config.endswith("agentcache-lmcache-31000.yaml")
+    (server,) = [c for c in commands if "lmcache.cli.main" in c]
+    assert server[server.index("--l1-size-gb") + 1] == "16" and server[server.index("--port") + 1] == "5555"
+    # The file agentcache writes has the keys of the sglang wheel's own MP example config, and points at the server.
+    written = result.stdout[result.stdout.index(f"# file {config}") :].splitlines()[1:3]
+    assert [ln.removeprefix("#   ") for ln in written] == ["mp_host: 127.0.0.1", "mp_port: 5555"]
+    example = wheel.read("sglang/srt/mem_cache/storage/lmcache/example_config_mp.yaml").decode()
+    keys = [ln.split(":")[0] for ln in example.splitlines() if ln and not ln.startswith("#")]
+    assert tuple(keys) == LMCACHE_CONFIG_KEYS
+    radix = wheel.read("sglang/srt/mem_cache/storage/lmcache/lmcache_unified_radix_cache.py").decode()
+    assert "config_file=lmcache_config_file" in radix
 
 
 def test_launch_module_exists(wheel: zipfile.ZipFile) -> None:

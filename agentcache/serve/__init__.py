@@ -80,6 +80,9 @@ def format_plan(options: ServeOptions, plan: ServePlan) -> str:
     environment (``VAR=value … argv``), one line each, in start order."""
     lines = [f"# agentcache serve: {describe(options)}; clients connect to {plan.endpoint}"]
     lines += [f"# note: {note}" for note in plan.notes]
+    for path, text in plan.files:
+        lines.append(f"# file {path} (written before start):")
+        lines += [f"#   {line}" for line in text.splitlines()]
     for spec in plan.processes:
         ready = f" (ready: {spec.ready.url})" if spec.ready is not None else ""
         lines.append(f"# {spec.name}{ready}")
@@ -139,6 +142,8 @@ def serve(
     for note in plan.notes:
         console.print(f"agentcache serve: note: {note}", markup=False, highlight=False, soft_wrap=True)
     logs = log_dir or Path(tempfile.mkdtemp(prefix="agentcache-serve-"))
+    for path, text in plan.files:
+        Path(path).write_text(text)
     console.print(
         f"agentcache serve: {describe(options)}; logs in {logs}", markup=False, highlight=False, soft_wrap=True
     )

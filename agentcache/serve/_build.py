@@ -3,7 +3,8 @@
 SGLang's command lines come from :mod:`._sglang`; llama.cpp's from :mod:`agentcache._engines.llama`, the same
 builder :class:`~agentcache._engines.llama.LlamaServer` uses, fed by :func:`llama_options`.
 
-Stages: 0 ``mooncake-master`` (only for ``--l3 mooncake`` without a master address); 1 the engines
+Stages: 0 ``mooncake-master`` (only for ``--l3 mooncake`` without a master address) or ``lmcache-server`` (``--l3
+lmcache`` without a config of the user's; its config file goes in ``ServePlan.files``); 1 the engines
 (``engine-0`` … ``engine-N-1``); 2 the ``router`` (``--workers`` > 1); 3 the ``proxy``. A stage starts once every
 process of the stages before it is ready.
 """
@@ -15,7 +16,16 @@ from dataclasses import dataclass
 
 from .._engines.llama import LlamaOptions, llama_server_argv, llama_server_binary
 from ._plan import DEFAULT_MOONCAKE_PORT, LOOPBACK, ProcessSpec, ReadyCheck, ServeOptions, ServePlan
-from ._sglang import engine_argv, engine_env, mooncake_master_argv, router_argv
+from ._sglang import (
+    LMCACHE_PORT,
+    engine_argv,
+    engine_env,
+    lmcache_config,
+    lmcache_config_path,
+    lmcache_server_argv,
+    mooncake_master_argv,
+    router_argv,
+)
 
 __all__ = ["Toolchain", "build_plan", "llama_options", "proxy_argv"]
 
@@ -96,6 +106,20 @@ def build_plan(options: ServeOptions, tools: Toolchain | None = None) -> ServePl
                 )
             )
 
+    files: list[tuple[str, str]] = []
+    l3 = options.l3
+    if engine == "sglang" and options.prefix_cache and l3 is not None and l3.kind == "lmcache" and l3.path is None:
+        files.append((lmcache_config_path(options), lmcache_config(LMCACHE_PORT)))
+        processes.append(
+            ProcessSpec(
+                "lmcache-server",
+                "store",
+                tuple(lmcache_server_argv(options.python, options, LMCACHE_PORT)),
+                ready=ReadyCheck("tcp", LOOPBACK, LMCACHE_PORT),
+                stage=0,
+            )
+        )
+
     for i, port in enumerate(engine_ports):
         if engine == "sglang":
             argv = engine_argv(options, i, port, master)
@@ -143,7 +167,7 @@ def build_plan(options: ServeOptions, tools: Toolchain | None = None) -> ServePl
             notes.append("agentcache.proxy is not installed: clients connect to the engine directly")
         processes, engine_url = _front_without_proxy(processes, options, engine_url)
         endpoint = engine_url
-    return ServePlan(engine, tuple(processes), endpoint, engine_url, tuple(notes))
+    return ServePlan(engine, tuple(processes), endpoint, engine_url, tuple(notes), tuple(files))
 
 
 def _dial(host: str) -> str:

@@ -82,22 +82,28 @@ def parse_l2(text: str | None) -> L2 | None:
 
 @dataclass(frozen=True, slots=True)
 class L3:
-    """The storage tier (SGLang HiCache L3): ``file`` under ``path``, or ``mooncake`` with ``master``
-    (``host:port``; None: agentcache starts ``mooncake_master`` itself)."""
+    """The storage tier: SGLang HiCache L3 ``file`` under ``path``, or ``mooncake`` with ``master``
+    (``host:port``; None: agentcache starts ``mooncake_master`` itself); or ``lmcache`` (SGLang
+    ``--enable-lmcache`` in place of HiCache) with ``path`` the user's own LMCache config file (None: agentcache
+    writes one and starts the ``lmcache server`` daemon itself)."""
 
-    kind: Literal["file", "mooncake"]
+    kind: Literal["file", "mooncake", "lmcache"]
     path: Path | None = None
     master: str | None = None
 
     def describe(self) -> str:
-        """``file:/dir``, ``mooncake (own master)`` or ``mooncake:host:port``."""
+        """``file:/dir``, ``mooncake (own master)``, ``mooncake:host:port``, ``lmcache (own server)`` or
+        ``lmcache:CONFIG``."""
         if self.kind == "file":
             return f"file:{self.path}"
+        if self.kind == "lmcache":
+            return f"lmcache:{self.path}" if self.path else "lmcache (own server)"
         return f"mooncake:{self.master}" if self.master else "mooncake (own master)"
 
 
 def parse_l3(text: str | None) -> L3 | None:
-    """``--l3``: ``none``, ``file:DIR`` or ``mooncake[:HOST:PORT]``. Raises ConfigError otherwise."""
+    """``--l3``: ``none``, ``file:DIR``, ``mooncake[:HOST:PORT]`` or ``lmcache[:CONFIG]``. Raises ConfigError
+    otherwise."""
     if text is None or text.strip().lower() in ("", "none", "off"):
         return None
     kind, _, rest = text.strip().partition(":")
@@ -109,7 +115,9 @@ def parse_l3(text: str | None) -> L3 | None:
         if rest and not re.match(r"^[\w.\-\[\]:]+:\d+$", rest):
             raise ConfigError(f"--l3 {text!r}: the master is HOST:PORT, e.g. mooncake:10.0.0.5:50051")
         return L3("mooncake", master=rest or None)
-    raise ConfigError(f"--l3 {text!r}: expected none, file:DIR or mooncake[:HOST:PORT]")
+    if kind == "lmcache":
+        return L3("lmcache", path=Path(rest).expanduser() if rest else None)
+    raise ConfigError(f"--l3 {text!r}: expected none, file:DIR, mooncake[:HOST:PORT] or lmcache[:CONFIG]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +184,13 @@ class ServeOptions:
                 raise ConfigError("--l3 needs SGLang HiCache; llama.cpp has no storage tier")
             if self.l2 is not None and self.l2.size_gb is None:
                 raise ConfigError("llama.cpp's host prompt cache (--cache-ram) takes a size: --l2 4GB, not a ratio")
+        if self.l3 is not None and self.l3.kind == "lmcache":
+            if self.l2 is not None and self.l2.size_gb is None:
+                raise ConfigError("with --l3 lmcache, --l2 is the LMCache server's CPU memory: a size (16GB)")
+            if self.l2 is not None and self.l3.path is not None:
+                raise ConfigError("--l2 sizes the LMCache server agentcache starts; with lmcache:CONFIG, size your own")
+            if self.page_size is not None and 256 % self.page_size:
+                raise ConfigError(f"--page-size {self.page_size}: LMCache's 256-token chunks need a divisor of 256")
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +236,8 @@ class ServePlan:
 
     ``endpoint``: the base URL clients use (OpenAI SDKs take ``endpoint + "/v1"``). ``engine_url``: what the
     front forwards to (the router or the single engine). ``notes``: one-line remarks shown with the plan
-    (e.g. the proxy is not installed).
+    (e.g. the proxy is not installed). ``files``: ``(path, text)`` of config files written before any process
+    starts (the LMCache config).
     """
 
     engine: Engine
@@ -229,6 +245,7 @@ class ServePlan:
     endpoint: str
     engine_url: str
     notes: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def stages(self) -> list[list[ProcessSpec]]:

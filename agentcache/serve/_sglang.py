@@ -22,14 +22,24 @@ What the engine gets, and why (docs/design.md, "SGLang (0.5.23)"):
   ``SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR`` (``sglang/srt/environ.py``, read by ``mem_cache/hicache_storage.py``),
   or ``mooncake`` with ``--hicache-storage-backend-extra-config`` JSON (keys read by
   ``MooncakeStoreConfig.load_from_extra_config`` in ``mem_cache/storage/mooncake_store/mooncake_store.py``):
-  TCP transport, P2P handshake metadata, so one ``mooncake_master`` is the only extra process.
+  TCP transport, P2P handshake metadata, so one ``mooncake_master`` is the only extra process;
+* LMCache (``--l3 lmcache[:CONFIG]``): ``--enable-lmcache --lmcache-config-file FILE`` (``fields/memory.py``:
+  "LMCache as an alternative hierarchical cache solution", so no HiCache flags). SGLang 0.5.23 talks to LMCache
+  only in multiprocess mode (``mem_cache/storage/lmcache/README.md``; ``UnifiedLMCacheMPConnector`` in the
+  lmcache 0.5.6 wheel's ``integration/sglang/unified_lmcache_mp_connector.py`` reads ``mp_host`` and ``mp_port``
+  from the file and refuses a config without ``mp_host``): the KV lives in a standalone ``lmcache server``
+  daemon, whose CPU memory (``--l1-size-gb``; agentcache's ``--l2`` size) is the tier. Without CONFIG agentcache
+  writes the file (keys from ``lmcache/v1/config.py``'s ``_CONFIG_DEFINITIONS``) and starts the daemon with
+  ``--chunk-size 256`` (LMCache's default; the connector requires a multiple of the page size).
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from .._exceptions import ConfigError
 from ._plan import LOOPBACK, ServeOptions
@@ -38,6 +48,9 @@ __all__ = [
     "DUMMY_WEIGHTS_ARGS",
     "FILE_DIR_ENV",
     "HICACHE_PAGE_SIZE",
+    "LMCACHE_CHUNK",
+    "LMCACHE_CONFIG_KEYS",
+    "LMCACHE_PORT",
     "MOONCAKE_CONFIG_KEYS",
     "ROUTER_POLICY",
     "SGLANG_FLAGS",
@@ -45,6 +58,9 @@ __all__ = [
     "Flag",
     "engine_argv",
     "engine_env",
+    "lmcache_config",
+    "lmcache_config_path",
+    "lmcache_server_argv",
     "mooncake_extra_config",
     "mooncake_master_argv",
     "router_argv",
@@ -87,6 +103,8 @@ SGLANG_FLAGS: dict[str, Flag] = {
         Flag("--hicache-io-backend", _FIELDS + "memory.py", True, ("kernel",)),
         Flag("--hicache-storage-backend", _FIELDS + "memory.py", True, ("file", "mooncake")),
         Flag("--hicache-storage-backend-extra-config", _FIELDS + "memory.py", True),
+        Flag("--enable-lmcache", _FIELDS + "memory.py", False),
+        Flag("--lmcache-config-file", _FIELDS + "memory.py", True),
         # Used by benchmarks/multiturn.py on a box with only a model's config.json (random weights, token ids in).
         Flag("--load-format", _FIELDS + "model.py", True, ("dummy",)),
         Flag("--skip-tokenizer-init", _FIELDS + "serving.py", False),
@@ -106,6 +124,14 @@ MOONCAKE_CONFIG_KEYS: tuple[str, ...] = (
 )
 #: Memory each engine contributes to the Mooncake pool (Mooncake's own default, ``MOONCAKE_GLOBAL_SEGMENT_SIZE``).
 MOONCAKE_SEGMENT = "4gb"
+#: LMCache config keys agentcache writes (``lmcache/v1/config.py``: ``mp_host`` default None, ``mp_port`` 5555).
+LMCACHE_CONFIG_KEYS: tuple[str, ...] = ("mp_host", "mp_port")
+#: The ``lmcache server`` port agentcache starts (LMCache's ``mp_port`` default).
+LMCACHE_PORT = 5555
+#: LMCache's chunk size in tokens (``lmcache server --chunk-size``, default 256 in ``v1/multiprocess/config.py``).
+LMCACHE_CHUNK = 256
+#: CPU memory of the LMCache server when ``--l2`` gives none, GB (the SGLang README's example).
+LMCACHE_DEFAULT_GB = 4.0
 #: Page size with HiCache: whole pages move between tiers, and small pages make transfers inefficient.
 HICACHE_PAGE_SIZE = 64
 #: The router policy that keeps a prefix on the worker that holds it (smg / sglang_router ``--policy``).
@@ -171,11 +197,14 @@ def engine_argv(options: ServeOptions, index: int, port: int, mooncake_master: s
     argv += _flag("--schedule-policy", "lpm")
     if options.session_cache:
         argv += _flag("--enable-session-radix-cache")
+    lmcache = options.l3 is not None and options.l3.kind == "lmcache"
     tiered = options.l2 is not None or options.l3 is not None
     page_size = options.page_size if options.page_size is not None else (HICACHE_PAGE_SIZE if tiered else None)
     if page_size is not None:
         argv += _flag("--page-size", page_size)
-    if tiered:
+    if lmcache:
+        argv += _flag("--enable-lmcache") + _flag("--lmcache-config-file", lmcache_config_path(options))
+    elif tiered:
         argv += _flag("--enable-hierarchical-cache")
         l2 = options.l2
         if l2 is not None and l2.ratio is not None:
@@ -195,6 +224,31 @@ def engine_argv(options: ServeOptions, index: int, port: int, mooncake_master: s
         argv += _flag("--hicache-storage-backend", "mooncake")
         argv += _flag("--hicache-storage-backend-extra-config", mooncake_extra_config(mooncake_master))
     return argv + list(options.extra_args)
+
+
+def lmcache_config_path(options: ServeOptions) -> str:
+    """The LMCache config file the engines read: the user's (``--l3 lmcache:CONFIG``), else the one agentcache
+    writes (in the temp directory, named by the public port so two serves do not share it)."""
+    l3 = options.l3
+    if l3 is not None and l3.path is not None:
+        return str(l3.path)
+    return str(Path(tempfile.gettempdir()) / f"agentcache-lmcache-{options.port}.yaml")
+
+
+def lmcache_config(port: int = LMCACHE_PORT) -> str:
+    """The LMCache YAML agentcache writes: the daemon's address (the only keys SGLang's MP connector reads)."""
+    config = {"mp_host": LOOPBACK, "mp_port": port}
+    assert tuple(config) == LMCACHE_CONFIG_KEYS
+    return "".join(f"{k}: {v}\n" for k, v in config.items())
+
+
+def lmcache_server_argv(python: str, options: ServeOptions, port: int = LMCACHE_PORT) -> list[str]:
+    """The ``lmcache server`` daemon on 127.0.0.1:``port`` (``lmcache/cli/commands/server.py``; flags from
+    ``v1/multiprocess/config.py`` and ``v1/distributed/config.py``), run with the engine's interpreter: CPU
+    memory from ``--l2`` (GB), LRU eviction, 256-token chunks."""
+    size = options.l2.size_gb if options.l2 is not None and options.l2.size_gb is not None else LMCACHE_DEFAULT_GB
+    return [python, "-m", "lmcache.cli.main", "server", "--host", LOOPBACK, "--port", str(port),
+            "--l1-size-gb", f"{size:g}", "--eviction-policy", "LRU", "--chunk-size", str(LMCACHE_CHUNK)]  # fmt: skip
 
 
 def engine_env(options: ServeOptions) -> dict[str, str]:

@@ -1,0 +1,171 @@
+"""Recorded requests as the token sequences the planner's radix tree caches.
+
+A :class:`Prompt` is one request's token ids, kept compact: either runs of synthetic ids (one run per canonical
+block) or real ids from an engine's tokenizer. ``page_keys(page_size)`` cuts it into pages; two prompts share a
+page key exactly when they share those token ids.
+
+Renderers (``Record -> Prompt``):
+
+* :class:`BlockRenderer` (the default): the core's canonical form (``agentcache.adapters.canonicalize``, one
+  :class:`~agentcache.model._build.BlockCache` per session) with the core's token counts (tiktoken ``o200k_base``
+  estimates, :mod:`agentcache.model._tokens`). Block ``b`` of ``n`` tokens becomes ``n`` ids derived from its
+  digest, so reuse is exact at block granularity and estimated in count: the model's own tokenizer and chat
+  template are not applied.
+* :class:`ServerRenderer`: a llama-server's own chat template and tokenizer (``POST /apply-template`` then
+  ``POST /tokenize``, llama.cpp ``tools/server/README.md``): token-exact for that model. The request goes as
+  OpenAI Chat (``agentcache.replay._convert.convert``), as ``agentcache replay`` sends it.
+
+Any ``Callable[[Record], Prompt]`` can be given instead (the engine model's renderer, when it lands).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._exceptions import InputError
+from ..loaders import Record
+from ..model._build import BlockCache
+from ..model._tokens import TokenCounter, default_counter
+
+__all__ = ["BlockRenderer", "Prompt", "Renderer", "ServerRenderer", "ids_prompt", "shared_prefix"]
+
+#: Room for the ids of one block: bases are spaced this far apart, so a block of fewer tokens never overlaps.
+_SPAN = 1 << 24
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request's token ids. ``runs``: ``(first id, count)`` pairs (ids ``first .. first+count-1``), or
+    ``ids``: explicit ids (an ``array('q')``). Exactly one of the two is set."""
+
+    runs: tuple[tuple[int, int], ...] = ()
+    ids: array[int] | None = None
+
+    @property
+    def tokens(self) -> int:
+        """Number of tokens."""
+        return len(self.ids) if self.ids is not None else sum(n for _, n in self.runs)
+
+    def page_keys(self, page_size: int) -> list[Hashable]:
+        """One hashable key per whole page of ``page_size`` tokens (a trailing partial page has none)."""
+        if self.ids is not None:
+            ids = self.ids
+            return [ids[i : i + page_size].tobytes() for i in range(0, len(ids) - page_size + 1, page_size)]
+        keys: list[Hashable] = []
+        piece: list[tuple[int, int]] = []
+        room = page_size
+        for first, count in self.runs:
+            at = 0
+            while at < count:
+                take = min(room, count - at)
+                piece.append((first + at, take))
+                at += take
+                room -= take
+                if room == 0:
+                    keys.append(piece[0][0] if page_size == 1 else tuple(piece))
+                    piece, room = [], page_size
+        return keys
+
+
+def shared_prefix(a: Prompt, b: Prompt) -> int:
+    """Tokens at the start of ``a`` and ``b`` that are the same ids."""
+    if a.ids is not None and b.ids is not None:
+        n = 0
+        for x, y in zip(a.ids, b.ids, strict=False):
+            if x != y:
+                break
+            n += 1
+        return n
+    n = 0
+    for (fa, ca), (fb, cb) in zip(a.runs, b.runs, strict=False):
+        if fa != fb:
+            break
+        n += min(ca, cb)
+        if ca != cb:
+            break
+    return n
+
+
+Renderer = Callable[[Record], Prompt]
+
+
+class BlockRenderer:
+    """The default renderer (see the module docstring): canonical blocks with tiktoken estimates.
+
+    ``counter``: the token counter (default: the process-wide one). Raises InputError for a body the adapters
+    cannot read."""
+
+    name = "tiktoken o200k_base estimates over canonical blocks (not the model's tokenizer or chat template)"
+
+    def __init__(self, counter: TokenCounter | None = None) -> None:
+        self._counter = counter if counter is not None else default_counter()
+        self._caches: dict[str, BlockCache] = {}
+
+    @property
+    def exact(self) -> bool:
+        """True when counts are tiktoken's, False when they fall back to bytes / 4."""
+        return self._counter.exact
+
+    def __call__(self, record: Record) -> Prompt:
+        from ..adapters import canonicalize
+
+        cache = self._caches.setdefault(record.session, BlockCache())
+        req = canonicalize(record.api, record.body, counter=self._counter, cache=cache)
+        runs = tuple((int.from_bytes(b.digest[:8], "big") * _SPAN, b.tokens) for b in req.blocks if b.tokens > 0)
+        return Prompt(runs=runs)
+
+
+class ServerRenderer:
+    """A llama-server's chat template and tokenizer (see the module docstring).
+
+    ``url``: the server's base URL; ``timeout`` seconds per call. Raises InputError when the server refuses a
+    request or answers something else than the documented shapes (``{"prompt": str}``, ``{"tokens": [int]}``).
+    """
+
+    def __init__(self, url: str, timeout: float = 60.0) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        self.name = f"the model's chat template and tokenizer, from {self.url} (/apply-template, /tokenize)"
+        self._client = httpx.Client(base_url=self.url, timeout=timeout)
+
+    def __call__(self, record: Record) -> Prompt:
+        from ..replay._convert import convert
+
+        chat = convert(record.api, record.body, "openai.chat")
+        body = {k: v for k, v in chat.items() if k in ("messages", "tools", "tool_choice")}
+        prompt = self._post("/apply-template", body, record).get("prompt")
+        if not isinstance(prompt, str):
+            raise InputError("/apply-template answered without a prompt", source=record.source, record=record.index)
+        tokens = self._post("/tokenize", {"content": prompt, "add_special": True}, record).get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise InputError("/tokenize answered without token ids", source=record.source, record=record.index)
+        return Prompt(ids=array("q", tokens))
+
+    def _post(self, path: str, body: dict[str, Any], record: Record) -> dict[str, Any]:
+        import httpx
+
+        try:
+            resp = self._client.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise InputError(f"{self.url}{path}: {exc}", source=record.source, record=record.index) from None
+        if resp.status_code != 200:
+            raise InputError(
+                f"{self.url}{path} answered {resp.status_code}: {resp.text[:200]}",
+                source=record.source,
+                record=record.index,
+            )
+        out: dict[str, Any] = resp.json()
+        return out
+
+    def close(self) -> None:
+        """Close the HTTP client."""
+        self._client.close()
+
+
+def ids_prompt(ids: Sequence[int]) -> Prompt:
+    """A prompt of explicit token ``ids`` (tests, callers with their own tokenizer)."""
+    return Prompt(ids=array("q", ids))
