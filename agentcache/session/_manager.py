@@ -20,6 +20,7 @@ from ..model._fields import LifecycleEvent
 from ..model._totals import UsageTotals
 from ..model._types import TargetKind
 from ..targets import Target, target_named
+from ._coalesce import Coalescer, Hold, Ticket
 from ._identity import LOCAL_TENANT
 from ._lifecycle import Sink, emit
 from ._pipeline import ScopeMemory, SessionPipeline
@@ -97,6 +98,27 @@ class Manager:
         self._lineages: OrderedDict[str, Lineage] = OrderedDict()
         self._scopes: OrderedDict[tuple[str, TargetKind], ScopeMemory] = OrderedDict()
         self._seq = 0
+        #: Holds sibling requests until the one writing their shared prefix answers (setting ``coalesce``).
+        self.coalescer = Coalescer(
+            enabled=self.settings.coalesce, timeout=self.settings.coalesce_timeout, on_hold=self._coalesced
+        )
+
+    def claim(self, turn: Any) -> Ticket | None:
+        """The coalescing ticket of a prepared ``turn`` (a :class:`~agentcache.session.Turn`): None when it is not
+        coalesced (setting off, a local engine, nothing cacheable, no event loop). Never raises."""
+        target = turn.session.target
+        if target is None:
+            return None
+        engine = target.kind == TargetKind.ENGINE
+        provider = "anthropic" if target.kind == TargetKind.ANTHROPIC else "openai"
+        return self.coalescer.claim(turn.session.tenant, turn.prepared.planned, provider=provider, engine=engine)
+
+    def _coalesced(self, hold: Hold) -> None:
+        """Hand a :class:`Hold` to every sink that counts them (``coalesced``, as :class:`PrometheusSink`)."""
+        for sink in self.sinks:
+            fn = getattr(sink, "coalesced", None)
+            if callable(fn):
+                fn(hold)
 
     # ---- lookups -----------------------------------------------------------------------------
 
