@@ -294,6 +294,17 @@ def proxy_command(
     idle_timeout: Annotated[
         float | None, typer.Option(help="Seconds after which an idle session closes (default 3600).")
     ] = None,
+    coalesce: Annotated[
+        bool | None,
+        typer.Option(
+            "--coalesce/--no-coalesce",
+            help="Hold a request whose new shared prefix a sibling is writing until the sibling's first byte "
+            "(default on; AGENTCACHE_COALESCE).",
+        ),
+    ] = None,
+    coalesce_timeout: Annotated[
+        float | None, typer.Option(help="Most seconds one such hold lasts (default 3; AGENTCACHE_COALESCE_TIMEOUT).")
+    ] = None,
 ) -> None:
     """Run the drop-in proxy: point ANTHROPIC_BASE_URL / OPENAI_BASE_URL (…/v1) at it."""
     try:
@@ -307,7 +318,8 @@ def proxy_command(
         if all(s is None or s.name == "DEFAULT" for s in sources):  # by name: typer may vendor its own click
             configure_logging("json", "info")
     try:
-        settings = configure(config)
+        overrides = {"coalesce": coalesce, "coalesce_timeout": coalesce_timeout}
+        settings = configure(config, **{k: v for k, v in overrides.items() if v is not None})
         proxy_config = load_proxy_config(
             config,
             upstream=upstream,

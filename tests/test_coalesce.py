@@ -258,3 +258,24 @@ def test_coalescer_rules_without_a_network() -> None:
         assert co.claim("t", short, provider="anthropic") is None
 
     asyncio.run(run())
+
+
+def test_cli_proxy_flags_and_env_set_coalescing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from agentcache import _cli
+    from agentcache._config import reset_settings
+    from agentcache._logging import reset_logging
+
+    seen: list[Settings] = []
+    monkeypatch.setattr("agentcache.proxy.serve", lambda config, settings=None: seen.append(settings))
+    monkeypatch.setenv("AGENTCACHE_COALESCE_TIMEOUT", "1.5")
+    try:
+        flags = CliRunner().invoke(_cli.app, ["proxy", "--port", "0", "--no-coalesce", "--coalesce-timeout", "0.5"])
+        env = CliRunner().invoke(_cli.app, ["proxy", "--port", "0"])
+    finally:
+        reset_logging()
+        reset_settings()
+    assert flags.exit_code == 0 and env.exit_code == 0, flags.output + env.output
+    assert (seen[0].coalesce, seen[0].coalesce_timeout) == (False, 0.5)
+    assert (seen[1].coalesce, seen[1].coalesce_timeout) == (True, 1.5)
