@@ -35,6 +35,7 @@ from .model._types import TargetKind
 from .model._usage import normalize_usage
 from .policies import STRATEGIES
 from .session import Identity, MemoryStore, Sessions
+from .simulate import Concurrency
 from .targets import resolve_target
 
 __all__ = ["audit"]
@@ -49,6 +50,7 @@ def audit(
     progress: Callable[[int], None] | None = None,
     compare: bool = False,
     settings: Settings | None = None,
+    ttft: float | None = None,
 ) -> AuditReport:
     """Audit ``records`` under ``provider``'s rules (``anthropic``, ``openai`` or ``engine``; inferred from the
     first record's API when None).
@@ -56,8 +58,10 @@ def audit(
     ``model`` prices every request as that model (default: each request's own model when the provider table
     knows it, else the provider's default). ``progress(n)`` is called after every request. ``compare`` adds one
     arm per baseline marker strategy (``anthropic_auto``, ``langchain``, ``litellm``, ``no_markers``; Anthropic
-    rules only). A record whose body cannot be read is skipped and listed in ``report.errors`` (InputError
-    naming its file and record). Raises ConfigError for an unknown provider or model.
+    rules only). ``ttft``: model concurrency (seconds from a request's start to its first byte, when an entry it
+    writes becomes readable; Anthropic rules) and add the ``agentcache_coalesced`` arm (agentcache with its
+    coalescer: :mod:`agentcache.session._coalesce`). A record whose body cannot be read is skipped and listed in
+    ``report.errors`` (InputError naming its file and record). Raises ConfigError for an unknown provider or model.
     """
     recs = _time_order(list(records))
     setting = settings.target if settings is not None else None
@@ -69,10 +73,20 @@ def audit(
             raise ConfigError(f"unknown {name} model {model!r}: add it to agentcache/data/models.toml")
     if compare and name != TargetKind.ANTHROPIC:
         raise ConfigError("--compare compares Anthropic marker strategies: use --provider anthropic")
+    if ttft is not None and (name != TargetKind.ANTHROPIC or ttft < 0):
+        raise ConfigError("--ttft models concurrency in Anthropic's cache: use --provider anthropic and seconds >= 0")
     # Each request is priced as its own model (unless ``model``); one the table does not know gets the provider
     # default's numbers (its name still decides capabilities such as OpenAI breakpoints).
     sessions = Sessions(provider=target, settings=settings, idle_timeout=None, store=_unbounded())
-    ledger = Ledger(target, model=model, strategies=STRATEGIES if compare else (), ideal=True, keep_turns=True)
+    conc = Concurrency(ttft, hold=settings.coalesce_timeout if settings else 3.0) if ttft is not None else None
+    ledger = Ledger(
+        target,
+        model=model,
+        strategies=STRATEGIES if compare else (),
+        ideal=True,
+        keep_turns=True,
+        concurrency=conc,
+    )
     counts: dict[str, int] = {}
     errors: list[InputError] = []
     provider_misses: list[ProviderMissRecord] = []

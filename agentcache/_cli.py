@@ -115,6 +115,13 @@ def audit_command(
             help="Add one arm per baseline marker strategy (anthropic_auto, langchain, litellm, no_markers).",
         ),
     ] = False,
+    ttft: Annotated[
+        float | None,
+        typer.Option(
+            help="Model concurrency: seconds from a request's start to its first byte (an entry is readable only "
+            "then), and add the agentcache_coalesced arm (Anthropic rules).",
+        ),
+    ] = None,
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report (charts work offline).")
     ] = None,
@@ -129,7 +136,7 @@ def audit_command(
             errors.add("no records to audit in " + ", ".join(str(p) for p in paths))
         raise typer.Exit(EXIT_BAD_INPUT)
     try:
-        report = _audit_all(records, provider.value if provider else None, model, errors, compare)
+        report = _audit_all(records, provider.value if provider else None, model, errors, compare, ttft)
     finally:
         errors.flush()
     if report is not None:
@@ -147,7 +154,12 @@ def audit_command(
 
 
 def _audit_all(
-    records: list[Record], provider: str | None, model: str | None, errors: Errors, compare: bool = False
+    records: list[Record],
+    provider: str | None,
+    model: str | None,
+    errors: Errors,
+    compare: bool = False,
+    ttft: float | None = None,
 ) -> AuditReport | None:
     """Audit ``records`` once; records the audit could not read are reported to ``errors``.
 
@@ -155,7 +167,7 @@ def _audit_all(
     """
     try:
         with _progress(len(records)) as progress:
-            report = run_audit(records, provider=provider, model=model, progress=progress, compare=compare)
+            report = run_audit(records, provider=provider, model=model, progress=progress, compare=compare, ttft=ttft)
     except ConfigError as exc:
         errors.add(str(exc))
         return None

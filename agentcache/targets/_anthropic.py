@@ -20,7 +20,7 @@ from ..model._rules import anthropic_rules
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..policies import KeepWarmDecision, PlanHints, choose_ttl, plan_breakpoints, plan_keep_warm
-from ..simulate import AnthropicSimulator, Simulator
+from ..simulate import AnthropicSimulator, Concurrency, Simulator
 from ._base import PlanInput, Target, TargetPlan
 
 __all__ = ["AnthropicTarget", "gaps_of"]
@@ -80,9 +80,9 @@ class AnthropicTarget(Target):
         w5 = usage.cache_write_tokens - usage.cache_write_1h_tokens
         return rules.cost(usage.uncached_tokens, usage.cache_read_tokens, w5, usage.cache_write_1h_tokens)
 
-    def simulator(self, model: str | None = None) -> Simulator:
-        """:class:`~agentcache.simulate.AnthropicSimulator`."""
-        return AnthropicSimulator(model or self.model)
+    def simulator(self, model: str | None = None, concurrency: Concurrency | None = None) -> Simulator:
+        """:class:`~agentcache.simulate.AnthropicSimulator` (with ``concurrency``: overlapping requests)."""
+        return AnthropicSimulator(model or self.model, concurrency)
 
     def keep_warm(
         self, sent: CanonicalRequest, times: tuple[float, ...], expected_gap: float | None

@@ -22,7 +22,7 @@ from ..model._plan import WirePlan
 from ..model._types import Api, Engine, TargetKind
 from ..model._usage import CacheUsage
 from ..policies import KeepWarmDecision, KeyPlanner, TTLDecision
-from ..simulate import Simulator
+from ..simulate import Concurrency, Simulator
 
 __all__ = ["PlanInput", "Target", "TargetPlan"]
 
@@ -109,8 +109,9 @@ class Target(ABC):
         model its table does not know as its default model (``agentcache/data/models.toml``)."""
         return None
 
-    def simulator(self, model: str | None = None) -> Simulator | None:
-        """A fresh simulator of this target's cache (for reports), or None."""
+    def simulator(self, model: str | None = None, concurrency: Concurrency | None = None) -> Simulator | None:
+        """A fresh simulator of this target's cache (for reports), or None. ``concurrency``: model overlapping
+        requests (:class:`~agentcache.simulate.Concurrency`; Anthropic only, ignored elsewhere)."""
         return None
 
     def keep_warm(
