@@ -92,7 +92,9 @@ def audit(
     provider_misses: list[ProviderMissRecord] = []
     for n, rec in enumerate(recs):
         try:
-            turn = sessions.begin(rec.api, rec.body, identity=Identity(session=rec.session), now=0.0, at=rec.at)
+            turn = sessions.begin(
+                rec.api, rec.body, identity=Identity(session=rec.session, parent=_parent(rec)), now=0.0, at=rec.at
+            )
             turn.commit()
             source = rec.response if rec.response is not None else rec.usage
             turn.finish(normalize_usage(source, rec.api) if source is not None else None)
@@ -182,3 +184,9 @@ def _time_order(recs: list[Record]) -> list[Record]:
         keyed.append((last, i, r))
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [r for _, _, r in keyed]
+
+
+def _parent(rec: Record) -> str | None:
+    """The recorded parent session of ``rec`` (``meta["parent"]``: a subagent's), or None."""
+    parent = rec.meta.get("parent") if isinstance(rec.meta, dict) else None
+    return parent if isinstance(parent, str) and parent else None

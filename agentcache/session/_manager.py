@@ -30,7 +30,7 @@ from ._store import AsyncSessionStore, MemoryStore, Opened, SessionStore, StoreU
 if TYPE_CHECKING:
     from ._sessions import Sessions
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT", "Lineage", "Manager", "SessionClosedError"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "SIBLING_BLOCKS", "Lineage", "Manager", "SessionClosedError"]
 
 log = get_logger("agentcache.session")
 
@@ -45,12 +45,19 @@ class SessionClosedError(ConfigError):
 
 @dataclass(slots=True)
 class Lineage:
-    """What a manager keeps per lineage (a root session and its subagents): usage ``totals`` and the OpenAI
+    """What a manager keeps per lineage (a root session and its subagents): usage ``totals``, the OpenAI
     ``routing_key`` its first request got, which every later session of the lineage reuses, so all land where
-    the lineage's prefixes are cached."""
+    the lineage's prefixes are cached, and its latest subagent's first prefix (``sibling``)."""
 
     totals: UsageTotals = field(default_factory=UsageTotals)
     routing_key: str | None = None
+    #: The prefix chain (block hashes, at most :data:`SIBLING_BLOCKS`) of the first request the lineage's latest
+    #: subagent sent: where the next subagent's prompt diverges from it is the siblings' shared prefix.
+    sibling: tuple[bytes, ...] | None = None
+
+
+#: Leading blocks of a subagent's first request a lineage remembers (32 bytes each, hashes only).
+SIBLING_BLOCKS = 512
 
 
 class Manager:

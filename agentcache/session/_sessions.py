@@ -39,7 +39,7 @@ from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
 from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Checkpoints, Identity, checkpoints_of, new_session_id
 from ._lifecycle import annotate
-from ._manager import DEFAULT_IDLE_TIMEOUT, Lineage, Manager, SessionClosedError
+from ._manager import DEFAULT_IDLE_TIMEOUT, SIBLING_BLOCKS, Lineage, Manager, SessionClosedError
 from ._session import UNSET, Session
 from ._store import MemoryStore, StoreUnavailable
 from ._turn import Turn, build_report
@@ -248,9 +248,21 @@ class Sessions(Manager):
         if sess.target is None:
             sess.target = self._resolve(api, target)
         lineage = self._lineages.get(sess.lineage)
-        prepared = sess.pipeline.prepare(
-            api, body, now=at, raw=raw, routing_key=lineage.routing_key if lineage is not None else None
+        pipe = sess.pipeline
+        # A subagent's first request: its siblings' shared prefix is where it diverges from the latest sibling's.
+        sibling = lineage.sibling if lineage is not None and sess.parent is not None and pipe.sent is None else None
+        prepared = pipe.prepare(
+            api,
+            body,
+            now=at,
+            raw=raw,
+            routing_key=lineage.routing_key if lineage is not None else None,
+            sibling=sibling,
         )
+        if sess.parent is not None and pipe.sent is None:
+            # Learned when prepared, not committed: siblings launched together are prepared before any answers.
+            with self._lock:
+                self._lineage(sess.lineage).sibling = prepared.planned.chain[:SIBLING_BLOCKS]
         wire = annotate(prepared.body, sess.signal, base_url, tuple(self.sinks))
         self._seq += 1
         return Turn(sess, self._seq, api, prepared, wire, checkpoints, size)

@@ -48,7 +48,7 @@ class AnthropicTarget(Target):
         cached = rep.tokens_before(shared)
         gaps = gaps_of(inp.times, inp.now, inp.timed)
         ttl = choose_ttl(gaps, cached, rep.tokens - cached, rules, inp.settings.ttl_policy)
-        hints = PlanHints(inp.ephemeral_tail, inp.rewrite_at, ttl.ttl, inp.settings.markers)
+        hints = PlanHints(inp.ephemeral_tail, inp.rewrite_at, ttl.ttl, inp.settings.markers, inp.sibling_at)
         bp = plan_breakpoints(rep, inp.sent, rules, hints)
         paths = tuple(rep.blocks[i].path for i in bp.markers)
         reasons = tuple(bp.reasons[i] for i in bp.markers)

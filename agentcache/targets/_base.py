@@ -36,7 +36,8 @@ class PlanInput:
     (:class:`~agentcache.policies.PlanHints`). ``routing_key``: the key the session (or its lineage) already
     carries. ``keys``: the cache scope's key planner. ``repaired``: the repairs re-sent an earlier form of some
     unit (so markers must be written even where the target adds none). ``previous_response``: the id of the
-    response to the session's last request, when it arrived (for provider diagnostics)."""
+    response to the session's last request, when it arrived (for provider diagnostics). ``sibling_at``: a
+    subagent's first request shares this many blocks with its sibling's (their shared prefix), or None."""
 
     api: Api
     request: CanonicalRequest
@@ -52,6 +53,7 @@ class PlanInput:
     keys: KeyPlanner | None = None
     repaired: bool = False
     previous_response: str | None = None
+    sibling_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
