@@ -25,12 +25,70 @@ from typing import Any
 from agentcache.loaders import Record
 
 MODEL = "claude-opus-4-8"
-_WORDS = (
-    "agent file read write search result repository function class module test error path value return list "
-    "config option request response session cache prefix token model tool input output schema type string "
-    "number boolean array object required description parameter command shell directory branch commit diff "
-    "status build check lint format review plan step task context summary report issue change line range"
-).split()
+_WORDS = tuple(
+    [
+        "agent",
+        "file",
+        "read",
+        "write",
+        "search",
+        "result",
+        "repository",
+        "function",
+        "class",
+        "module",
+        "test",
+        "error",
+        "path",
+        "value",
+        "return",
+        "list",
+        "config",
+        "option",
+        "request",
+        "response",
+        "session",
+        "cache",
+        "prefix",
+        "token",
+        "model",
+        "tool",
+        "input",
+        "output",
+        "schema",
+        "type",
+        "string",
+        "number",
+        "boolean",
+        "array",
+        "object",
+        "required",
+        "description",
+        "parameter",
+        "command",
+        "shell",
+        "directory",
+        "branch",
+        "commit",
+        "diff",
+        "status",
+        "build",
+        "check",
+        "lint",
+        "format",
+        "review",
+        "plan",
+        "step",
+        "task",
+        "context",
+        "summary",
+        "report",
+        "issue",
+        "change",
+        "line",
+        "range",
+    ]
+)
 
 
 def _text(rng: random.Random, words: int) -> str:
@@ -74,7 +132,14 @@ def _conversation(
     messages: list[dict[str, Any]] = [{"role": "user", "content": [*first[:-1], _marked(first[-1]["text"])]}]
     for t in range(turns + 1):
         bodies.append(
-            {"model": MODEL, "max_tokens": 32000, "stream": True, "system": system, "tools": tools, "messages": messages}
+            {
+                "model": MODEL,
+                "max_tokens": 32000,
+                "stream": True,
+                "system": system,
+                "tools": tools,
+                "messages": messages,
+            }
         )
         call = {"type": "tool_use", "id": f"toolu_{rng.getrandbits(48):012x}", "name": f"Tool{rng.randrange(22):02d}"}
         call["input"] = {"arg_0": _text(rng, 6)}

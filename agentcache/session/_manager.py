@@ -51,8 +51,8 @@ class Lineage:
 
     totals: UsageTotals = field(default_factory=UsageTotals)
     routing_key: str | None = None
-    #: The prefix chain (block hashes, at most :data:`SIBLING_BLOCKS`) of the first request the lineage's latest
-    #: subagent sent: where the next subagent's prompt diverges from it is the siblings' shared prefix.
+    #: The client's prefix chain (block hashes, at most :data:`SIBLING_BLOCKS`) of the first request the latest
+    #: subagent of the lineage sent: where the next subagent's prompt diverges from it is their shared prefix.
     sibling: tuple[bytes, ...] | None = None
 
 

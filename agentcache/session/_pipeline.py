@@ -91,7 +91,8 @@ class Prepared:
 
 
 def sibling_depth(req: CanonicalRequest, sibling: tuple[bytes, ...]) -> int | None:
-    """Blocks ``req`` shares with a sibling subagent's first request (its prefix ``chain``), when they diverge
+    """Blocks ``req`` (as the client sent it) shares with a sibling subagent's first request (its client prefix
+    ``chain``: the bytes the client sent, before agentcache's markers reshape any string), when they diverge
     inside the messages (past tools and system, before ``req``'s end): the siblings' shared prefix, which no
     marker of the client's may end (claude-code#82739: a 33-token difference between subagent prompts rewrote
     5,308 cached tokens because the last breakpoint sat ~5.3K tokens before it). None otherwise."""
@@ -210,7 +211,7 @@ class SessionPipeline:
             self.scope.keys,
             bool(repair.plan.replace) or repair.plan.tool_order is not None,
             st.response_id,
-            sibling_depth(rep, sibling) if sibling is not None and last is None else None,
+            sibling_depth(client, sibling) if sibling is not None and last is None else None,
         )
         tplan = self.target.plan(inp)
         plan = repair.plan.merged(tplan.wire).merged(self.target.diagnostics(inp))

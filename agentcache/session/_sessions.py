@@ -262,7 +262,7 @@ class Sessions(Manager):
         if sess.parent is not None and pipe.sent is None:
             # Learned when prepared, not committed: siblings launched together are prepared before any answers.
             with self._lock:
-                self._lineage(sess.lineage).sibling = prepared.planned.chain[:SIBLING_BLOCKS]
+                self._lineage(sess.lineage).sibling = prepared.client.chain[:SIBLING_BLOCKS]
         wire = annotate(prepared.body, sess.signal, base_url, tuple(self.sinks))
         self._seq += 1
         return Turn(sess, self._seq, api, prepared, wire, checkpoints, size)
