@@ -3,9 +3,10 @@ proxy, with coalescing on and off, in front of the bench's fake upstream answeri
 
 Each round sends ``siblings`` requests of one parent at once: the 14 airline tools and the airline policy, with a
 round number prepended to the first tool's description and to the policy (a new ~3.1K-token prefix each round, so
-nothing is cached yet), and each subagent's own task. Figures: how many requests were held, the hold-time distribution (from the proxy's ``proxy.request`` log
-lines, field ``coalesce.hold_ms``), the estimated write tokens saved, and the whole-response latency per request
-(client side), coalescing on against ``--no-coalesce``.
+nothing is cached yet), and each subagent's own task. Figures: how many requests were held, the hold-time
+distribution (from the proxy's ``proxy.request`` log lines, field ``coalesce.hold_ms``), the estimated write
+tokens saved, and the whole-response latency per request (client side), coalescing on against
+``--no-coalesce``.
 """
 
 from __future__ import annotations

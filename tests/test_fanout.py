@@ -114,3 +114,33 @@ def test_fanout_workload_costs_less_with_coalescing_than_every_baseline_and_than
     assert "agentcache_coalesced" not in plain.totals
     with pytest.raises(Exception, match="ttft"):
         audit(records[:2], "openai", ttft=1.0)
+
+
+def _launch(spacing: float, count: int = 10) -> list[tuple[str, str]]:
+    """``count`` subagents of one parent launched ``spacing`` seconds apart: each first request's TTL and reason."""
+    from tests.conftest import policy
+
+    sessions = Sessions(provider="anthropic")
+    context = policy()[:4000]
+    main = sessions.begin("anthropic.messages", _first_request(9, context), identity=Identity(session="run"), at=0.0)
+    main.succeed()
+    out = []
+    for i in range(count):
+        who = Identity(session=f"run/agent-{i}", parent="run")
+        turn = sessions.begin("anthropic.messages", _first_request(i, context), identity=who, at=10.0 + i * spacing)
+        turn.succeed()
+        assert turn.prepared.ttl is not None
+        out.append((turn.prepared.ttl.ttl, turn.prepared.ttl.reason))
+    return out
+
+
+def test_subagent_ttl_follows_the_lineages_launch_gaps() -> None:
+    # Siblings launched together: their entries are read again within seconds, 5m every time (claude-code#74318:
+    # a blanket 1h TTL for subagents costs more).
+    together = _launch(2.0)
+    assert [ttl for ttl, _ in together] == ["5m"] * 10
+    assert "9 sibling launch gaps seen" in together[-1][1]
+    # Launched ten minutes apart: once the long launch gaps are established, the 2x write pays for itself.
+    apart = [ttl for ttl, _ in _launch(600.0)]
+    assert apart[:3] == ["5m"] * 3 and apart[-1] == "1h" and apart.index("1h") >= 3
+    assert apart[apart.index("1h") :] == ["1h"] * (10 - apart.index("1h"))

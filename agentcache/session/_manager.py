@@ -54,6 +54,8 @@ class Lineage:
     #: The client's prefix chain (block hashes, at most :data:`SIBLING_BLOCKS`) of the first request the latest
     #: subagent of the lineage sent: where the next subagent's prompt diverges from it is their shared prefix.
     sibling: tuple[bytes, ...] | None = None
+    #: When the lineage's latest subagents sent their first requests (seconds, at most 32).
+    spawns: tuple[float, ...] = ()
 
 
 #: Leading blocks of a subagent's first request a lineage remembers (32 bytes each, hashes only).

@@ -169,13 +169,15 @@ class SessionPipeline:
         raw: RawBody | None = None,
         routing_key: str | None = None,
         sibling: tuple[bytes, ...] | None = None,
+        spawns: tuple[float, ...] = (),
     ) -> Prepared:
         """Plan the request sent at ``now`` (seconds; None when unknown). ``raw``: the source texts of ``body``
         when it was parsed by :func:`agentcache.model.loads` (its unchanged units are then keyed by their text).
-        ``routing_key``: the key the session's lineage already carries. ``sibling``: for a subagent's first request,
-        the prefix chain of its latest sibling's first request (where the two diverge inside the messages, the
-        planner may mark the end of their shared part: :func:`sibling_depth`). Pure; raises InputError for a malformed
-        body (the caller then sends the original request unchanged)."""
+        ``routing_key``: the key the session's lineage already carries. ``sibling``: for a subagent's first
+        request, the prefix chain of its latest sibling's first request (where the two diverge inside the
+        messages, the planner may mark the end of their shared part: :func:`sibling_depth`); ``spawns``: the times
+        of the lineage's earlier subagents' first requests (the TTL policy's gaps for a subagent's first request).
+        Pure; raises InputError for a malformed body (the caller then sends the original request unchanged)."""
         api = Api(api)
         st = self.state
         self.cache.begin(raw)
@@ -212,6 +214,7 @@ class SessionPipeline:
             bool(repair.plan.replace) or repair.plan.tool_order is not None,
             st.response_id,
             sibling_depth(client, sibling) if sibling is not None and last is None else None,
+            spawns if last is None else (),
         )
         tplan = self.target.plan(inp)
         plan = repair.plan.merged(tplan.wire).merged(self.target.diagnostics(inp))

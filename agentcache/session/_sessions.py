@@ -250,7 +250,9 @@ class Sessions(Manager):
         lineage = self._lineages.get(sess.lineage)
         pipe = sess.pipeline
         # A subagent's first request: its siblings' shared prefix is where it diverges from the latest sibling's.
-        sibling = lineage.sibling if lineage is not None and sess.parent is not None and pipe.sent is None else None
+        first_of_subagent = lineage is not None and sess.parent is not None and pipe.sent is None
+        sibling = lineage.sibling if first_of_subagent and lineage is not None else None
+        spawns = lineage.spawns if first_of_subagent and lineage is not None else ()
         prepared = pipe.prepare(
             api,
             body,
@@ -258,11 +260,15 @@ class Sessions(Manager):
             raw=raw,
             routing_key=lineage.routing_key if lineage is not None else None,
             sibling=sibling,
+            spawns=spawns,
         )
         if sess.parent is not None and pipe.sent is None:
             # Learned when prepared, not committed: siblings launched together are prepared before any answers.
             with self._lock:
-                self._lineage(sess.lineage).sibling = prepared.client.chain[:SIBLING_BLOCKS]
+                state = self._lineage(sess.lineage)
+                state.sibling = prepared.client.chain[:SIBLING_BLOCKS]
+                if at is not None:
+                    state.spawns = (*state.spawns[-31:], at)
         wire = annotate(prepared.body, sess.signal, base_url, tuple(self.sinks))
         self._seq += 1
         return Turn(sess, self._seq, api, prepared, wire, checkpoints, size)

@@ -46,8 +46,10 @@ class AnthropicTarget(Target):
         rules = anthropic_rules(self.model or rep.model)
         shared = common_prefix(inp.sent, rep) if inp.sent is not None else 0
         cached = rep.tokens_before(shared)
-        gaps = gaps_of(inp.times, inp.now, inp.timed)
-        ttl = choose_ttl(gaps, cached, rep.tokens - cached, rules, inp.settings.ttl_policy)
+        gaps, source = gaps_of(inp.times, inp.now, inp.timed), "session"
+        if inp.sent is None and inp.spawns:  # a subagent's first request: when does its lineage's next one come?
+            gaps, source = gaps_of(inp.spawns, inp.now, inp.timed), "siblings"
+        ttl = choose_ttl(gaps, cached, rep.tokens - cached, rules, inp.settings.ttl_policy, source)
         hints = PlanHints(inp.ephemeral_tail, inp.rewrite_at, ttl.ttl, inp.settings.markers, inp.sibling_at)
         bp = plan_breakpoints(rep, inp.sent, rules, hints)
         paths = tuple(rep.blocks[i].path for i in bp.markers)

@@ -37,7 +37,9 @@ class PlanInput:
     carries. ``keys``: the cache scope's key planner. ``repaired``: the repairs re-sent an earlier form of some
     unit (so markers must be written even where the target adds none). ``previous_response``: the id of the
     response to the session's last request, when it arrived (for provider diagnostics). ``sibling_at``: a
-    subagent's first request shares this many blocks with its sibling's (their shared prefix), or None."""
+    subagent's first request shares this many blocks with its sibling's (their shared prefix), or None.
+    ``spawns``: for a subagent's first request, the times of its lineage's earlier subagents' first requests
+    (seconds; the TTL policy's gaps for it)."""
 
     api: Api
     request: CanonicalRequest
@@ -54,6 +56,7 @@ class PlanInput:
     repaired: bool = False
     previous_response: str | None = None
     sibling_at: int | None = None
+    spawns: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
