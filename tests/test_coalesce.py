@@ -279,3 +279,36 @@ def test_cli_proxy_flags_and_env_set_coalescing(monkeypatch: pytest.MonkeyPatch)
     assert flags.exit_code == 0 and env.exit_code == 0, flags.output + env.output
     assert (seen[0].coalesce, seen[0].coalesce_timeout) == (False, 0.5)
     assert (seen[1].coalesce, seen[1].coalesce_timeout) == (True, 1.5)
+
+
+def test_proxy_siblings_sharing_a_task_context_read_one_write_of_it(upstream: FakeUpstream) -> None:
+    """claude-code#82739 through the proxy: siblings whose prompts share the parent's task context and differ in a
+    few words. The second sibling gets the ``sibling`` marker at the end of the shared context and the later ones
+    wait for its first byte instead of writing the context again."""
+    from tests.conftest import policy
+
+    arrivals = Arrivals(upstream)
+    context = policy()[:4000]
+
+    def body(i: int) -> dict[str, Any]:
+        blocks = [
+            {"type": "text", "text": context},
+            {"type": "text", "text": TASKS[i]},
+            {"type": "text", "text": "<env>cwd: /work</env>", "cache_control": {"type": "ephemeral"}},
+        ]
+        return {**sibling(i), "messages": [{"role": "user", "content": blocks}]}
+
+    app, state = _proxy(upstream)
+    with ServerThread(app) as server:
+        sent, responses = asyncio.run(_send_siblings(server.url, [body(i) for i in range(4)]))
+    assert [r.status_code for r in responses] == [200] * 4
+    marked = [
+        [b.get("cache_control") is not None for b in s.body["messages"][0]["content"]]
+        for s in upstream.seen
+        if WARM_UP not in str(s.body.get("system"))
+    ]
+    assert sum(m == [True, False, True] for m in marked) == 3  # every sibling after the first: context end marked
+    times = sorted(t - sent for t in arrivals.times)
+    assert times[0] < 0.3 and all(t >= times[0] + TTFB - 0.05 for t in times[1:]) and times[-1] < 3.0
+    metrics = state.metrics.render().decode()
+    assert _metric(metrics, 'agentcache_coalesce_held_requests_total{outcome="released"}') == 3

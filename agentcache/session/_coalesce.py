@@ -30,6 +30,7 @@ manager hands it to its sinks: :meth:`agentcache.PrometheusSink.coalesced`).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -182,6 +183,8 @@ class Coalescer:
         self._on_hold = on_hold
         self._max = max(1, max_entries)
         self._lookback = lookback
+        # Threads may each run an event loop (wrap() clients): the tables are shared, a hold never crosses loops.
+        self._lock = threading.Lock()
         self._pending: dict[tuple[str, bytes], _Writer] = {}
         self._live: OrderedDict[tuple[str, bytes], tuple[float, float]] = OrderedDict()
 
@@ -196,7 +199,8 @@ class Coalescer:
         except RuntimeError:
             return None
         try:
-            return self._claim(loop, tenant, planned, provider)
+            with self._lock:
+                return self._claim(loop, tenant, planned, provider)
         except Exception as exc:
             log.warning("coalesce.failed_open", error=type(exc).__name__)
             return None
@@ -245,20 +249,22 @@ class Coalescer:
 
     def _written(self, writer: _Writer) -> None:
         now = self.clock()
-        for key, ttl in zip(writer.keys, writer.ttls, strict=True):
-            if self._pending.get(key) is writer:
-                del self._pending[key]
-            self._live[key] = (now + ttl, ttl)
-            self._live.move_to_end(key)
-        while len(self._live) > self._max:
-            self._live.popitem(last=False)
+        with self._lock:
+            for key, ttl in zip(writer.keys, writer.ttls, strict=True):
+                if self._pending.get(key) is writer:
+                    del self._pending[key]
+                self._live[key] = (now + ttl, ttl)
+                self._live.move_to_end(key)
+            while len(self._live) > self._max:
+                self._live.popitem(last=False)
         writer.ok = True
         writer.event.set()
 
     def _dropped(self, writer: _Writer) -> None:
-        for key in writer.keys:
-            if self._pending.get(key) is writer:
-                del self._pending[key]
+        with self._lock:
+            for key in writer.keys:
+                if self._pending.get(key) is writer:
+                    del self._pending[key]
         writer.event.set()  # ok stays False: the held requests go as they are
 
     def observe(self, hold: Hold) -> None:
