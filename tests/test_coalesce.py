@@ -257,6 +257,15 @@ def test_coalescer_rules_without_a_network() -> None:
         )
         assert co.claim("t", short, provider="anthropic") is None
 
+        # A writer that never reports back (a stream nobody reads) is forgotten after the bound.
+        clock = [0.0]
+        co2 = Coalescer(timeout=3.0, clock=lambda: clock[0])
+        silent = co2.claim("t", planned[0], provider="anthropic")
+        assert silent is not None and co2.claim("t", planned[1], provider="anthropic").held  # type: ignore[union-attr]
+        clock[0] = 3.5
+        late = co2.claim("t", planned[2], provider="anthropic")
+        assert late is not None and not late.held
+
     asyncio.run(run())
 
 

@@ -18,8 +18,9 @@ Rules, per cache scope (tenant and model):
 * never held: a request for a local engine (an engine shares in-flight prefill itself), one below the minimum,
   one whose readable prefix is already cached, and any request when ``enabled`` is off;
 * fail open: a hold ends at the writer's first byte, at ``timeout``, or when the writer failed or was cancelled
-  before its first byte; the held request is then sent as it is. A held request that is cancelled is simply
-  cancelled (its client went away).
+  before its first byte; the held request is then sent as it is. A writer that has not reported back within
+  ``timeout`` (a stream its caller never read) is forgotten: nobody waits on it again. A held request that is
+  cancelled is simply cancelled (its client went away).
 
 The door calls :meth:`Coalescer.claim` after the session core prepared the request, awaits :meth:`Ticket.wait`,
 sends, calls :meth:`Ticket.first_byte` when the upstream's first response byte arrives, and :meth:`Ticket.release`
@@ -72,10 +73,10 @@ class Hold:
 class _Writer:
     """A request in flight that writes entries nobody had yet."""
 
-    __slots__ = ("event", "keys", "loop", "ok", "ttls")
+    __slots__ = ("event", "keys", "loop", "ok", "started", "ttls")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self, loop: asyncio.AbstractEventLoop, started: float) -> None:
+        self.loop, self.started = loop, started
         self.event = asyncio.Event()
         self.keys: list[tuple[str, bytes]] = []
         self.ttls: list[float] = []
@@ -220,7 +221,11 @@ class Coalescer:
         live, pending, writer_of = -1, -1, None
         for i in reversed(candidates):
             key = (scope, req.chain[i])
-            if pending < 0 and (w := self._pending.get(key)) is not None and w.loop is loop:
+            w = self._pending.get(key)
+            if w is not None and w.started + self.timeout < now:
+                del self._pending[key]  # a writer that never reported back (a stream never read): forgotten
+                w = None
+            if pending < 0 and w is not None and w.loop is loop:
                 pending, writer_of = i, w
             got = self._live.get(key)
             if got is not None:
@@ -234,7 +239,7 @@ class Coalescer:
         minimum = (anthropic_rules if provider == "anthropic" else openai_rules)(req.model).min_cacheable_tokens
         saved = req.tokens_before(pending + 1) - req.tokens_before(live + 1) if pending > live else 0
         wait_on = writer_of if pending > live and saved >= minimum else None
-        mine = _Writer(loop)
+        mine = _Writer(loop, now)
         for b, ttl in points:
             key = (scope, req.chain[b])
             if key in self._pending or (b <= live) or (b <= pending and wait_on is not None):
