@@ -321,3 +321,26 @@ def test_proxy_siblings_sharing_a_task_context_read_one_write_of_it(upstream: Fa
     assert times[0] < 0.3 and all(t >= times[0] + TTFB - 0.05 for t in times[1:]) and times[-1] < 3.0
     metrics = state.metrics.render().decode()
     assert _metric(metrics, 'agentcache_coalesce_held_requests_total{outcome="released"}') == 3
+
+
+def test_coalescer_holds_openai_siblings_on_their_shared_messages() -> None:
+    """OpenAI's automatic prefix cache: a request's entries end at its head and at each message; siblings sharing
+    the system message (~2.5K tokens) with a writer in flight wait for it."""
+    from agentcache.session._pipeline import SessionPipeline
+    from tests.test_proxy_support import chat_body
+
+    async def run() -> None:
+        co = Coalescer()
+        planned = [
+            SessionPipeline("openai").prepare("openai.chat", chat_body([{"role": "user", "content": t}])).planned
+            for t in TASKS[:2]
+        ]
+        first = co.claim("t", planned[0], provider="openai")
+        second = co.claim("t", planned[1], provider="openai")
+        assert first is not None and second is not None and not first.held and second.held
+        assert second.saved_tokens > 2000
+        first.release()  # the writer failed: the sibling goes at once, nothing saved
+        hold = await second.wait()
+        assert hold is not None and hold.outcome == "writer_failed" and hold.saved_tokens == 0
+
+    asyncio.run(run())
