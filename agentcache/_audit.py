@@ -41,6 +41,7 @@ from .model._types import TargetKind
 from .model._usage import CacheUsage, normalize_usage, served_by
 from .policies import STRATEGIES
 from .session import Identity, MemoryStore, Sessions
+from .simulate import Concurrency
 from .targets import resolve_target
 
 __all__ = ["audit"]
@@ -55,6 +56,7 @@ def audit(
     progress: Callable[[int], None] | None = None,
     compare: bool = False,
     settings: Settings | None = None,
+    ttft: float | None = None,
 ) -> AuditReport:
     """Audit ``records`` under ``provider``'s rules (``anthropic``, ``openai`` or ``engine``; when None, the
     provider whose usage the records carry (:func:`~agentcache.model._usage.served_by`: LiteLLM's Anthropic
@@ -65,9 +67,12 @@ def audit(
     arm per baseline strategy: on Anthropic rules the marker strategies (``anthropic_auto``, ``langchain``,
     ``litellm``, ``no_markers``), on OpenAI rules the ``prompt_cache_key`` strategies (``no_key``,
     ``conversation_key``, ``random_key``, ``lineage_keys``, and ``breakpoints`` where a request's model takes
-    them). Records carrying usage add the ``reported`` arm and ``report.simulator_errors``. A record whose body
-    cannot be read is skipped and listed in ``report.errors`` (InputError naming its file and record). Raises
-    ConfigError for an unknown provider or model, or ``compare`` on an engine (it has no strategies to compare).
+    them). Records carrying usage add the ``reported`` arm and ``report.simulator_errors``. ``ttft``: model
+    concurrency (seconds from a request's start to its first byte, when an entry it writes becomes readable;
+    Anthropic rules) and add the ``agentcache_coalesced`` arm (agentcache with its coalescer:
+    :mod:`agentcache.session._coalesce`). A record whose body cannot be read is skipped and listed in
+    ``report.errors`` (InputError naming its file and record). Raises ConfigError for an unknown provider or model,
+    ``compare`` on an engine (it has no strategies to compare), or ``ttft`` off Anthropic rules.
     """
     recs = _time_order(list(records))
     usages = [_usage(r) for r in recs]
@@ -88,7 +93,10 @@ def audit(
         raise ConfigError("--compare compares provider strategies (Anthropic markers, OpenAI keys), not an engine's")
     # Each request is priced as its own model (unless ``model``); one the table does not know gets the provider
     # default's numbers (its name still decides capabilities such as OpenAI breakpoints).
+    if ttft is not None and (name != TargetKind.ANTHROPIC or ttft < 0):
+        raise ConfigError("--ttft models concurrency in Anthropic's cache: use --provider anthropic and seconds >= 0")
     sessions = Sessions(provider=target, settings=settings, idle_timeout=None, store=_unbounded())
+    conc = Concurrency(ttft, hold=settings.coalesce_timeout if settings else 3.0) if ttft is not None else None
     reported = any(u is not None for u in usages)
     rpm = settings.openai_rpm_per_key if settings is not None else 15.0
     ledger = Ledger(
@@ -101,13 +109,16 @@ def audit(
         rpm_per_key=rpm,
         overflow=bool(recs) and all(r.at is not None for r in recs),  # real times: OpenAI's overflow can be told
         keep_turns=True,
+        concurrency=conc,
     )
     counts: dict[str, int] = {}
     errors: list[InputError] = []
     provider_misses: list[ProviderMissRecord] = []
     for n, (rec, usage) in enumerate(zip(recs, usages, strict=True)):
         try:
-            turn = sessions.begin(rec.api, rec.body, identity=Identity(session=rec.session), now=0.0, at=rec.at)
+            turn = sessions.begin(
+                rec.api, rec.body, identity=Identity(session=rec.session, parent=_parent(rec)), now=0.0, at=rec.at
+            )
             turn.commit()
             turn.finish(usage)
             i = counts.get(rec.session, 0)
@@ -202,3 +213,9 @@ def _time_order(recs: list[Record]) -> list[Record]:
         keyed.append((last, i, r))
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [r for _, _, r in keyed]
+
+
+def _parent(rec: Record) -> str | None:
+    """The recorded parent session of ``rec`` (``meta["parent"]``: a subagent's), or None."""
+    parent = rec.meta.get("parent") if isinstance(rec.meta, dict) else None
+    return parent if isinstance(parent, str) and parent else None

@@ -142,6 +142,13 @@ def audit_command(
             "conversation_key, random_key, lineage_keys, and breakpoints where the model takes them).",
         ),
     ] = False,
+    ttft: Annotated[
+        float | None,
+        typer.Option(
+            help="Model concurrency: seconds from a request's start to its first byte (an entry is readable only "
+            "then), and add the agentcache_coalesced arm (Anthropic rules).",
+        ),
+    ] = None,
     html: Annotated[
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report (charts work offline).")
     ] = None,
@@ -160,7 +167,7 @@ def audit_command(
     quiet = without_events("model.unknown") if not json_output else contextlib.nullcontext()
     try:
         with quiet:
-            report = _audit_all(records, provider.value if provider else None, model, errors, compare)
+            report = _audit_all(records, provider.value if provider else None, model, errors, compare, ttft)
     finally:
         errors.flush()
     if report is not None:
@@ -178,7 +185,12 @@ def audit_command(
 
 
 def _audit_all(
-    records: list[Record], provider: str | None, model: str | None, errors: Errors, compare: bool = False
+    records: list[Record],
+    provider: str | None,
+    model: str | None,
+    errors: Errors,
+    compare: bool = False,
+    ttft: float | None = None,
 ) -> AuditReport | None:
     """Audit ``records`` once; records the audit could not read are reported to ``errors``.
 
@@ -186,7 +198,7 @@ def _audit_all(
     """
     try:
         with _progress(len(records)) as progress:
-            report = run_audit(records, provider=provider, model=model, progress=progress, compare=compare)
+            report = run_audit(records, provider=provider, model=model, progress=progress, compare=compare, ttft=ttft)
     except ConfigError as exc:
         errors.add(str(exc))
         return None
@@ -333,6 +345,17 @@ def proxy_command(
     idle_timeout: Annotated[
         float | None, typer.Option(help="Seconds after which an idle session closes (default 3600).")
     ] = None,
+    coalesce: Annotated[
+        bool | None,
+        typer.Option(
+            "--coalesce/--no-coalesce",
+            help="Hold a request whose new shared prefix a sibling is writing until the sibling's first byte "
+            "(default on; AGENTCACHE_COALESCE).",
+        ),
+    ] = None,
+    coalesce_timeout: Annotated[
+        float | None, typer.Option(help="Most seconds one such hold lasts (default 3; AGENTCACHE_COALESCE_TIMEOUT).")
+    ] = None,
 ) -> None:
     """Run the drop-in proxy: point ANTHROPIC_BASE_URL / OPENAI_BASE_URL (…/v1) at it."""
     try:
@@ -341,7 +364,8 @@ def proxy_command(
     except ImportError as exc:
         raise fail(f"the proxy needs the 'proxy' extra ({exc}): {install_hint('proxy')}") from None
     try:
-        settings = configure(config)
+        overrides = {"coalesce": coalesce, "coalesce_timeout": coalesce_timeout}
+        settings = configure(config, **{k: v for k, v in overrides.items() if v is not None})
         proxy_config = load_proxy_config(
             config,
             upstream=upstream,

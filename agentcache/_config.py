@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     installed process-wide by :func:`configure`. ``provider_diagnostics``: opt-in; asks the provider why each
     request missed its cache (Anthropic cache diagnostics, OpenAI prompt cache diagnostics) by adding the
     previous response's id to the request (and Anthropic's ``cache-diagnosis-2026-04-07`` beta header).
+    ``coalesce``: hold a request (proxy; ``wrap()`` around async clients) whose new shared prefix a sibling is
+    writing until that sibling's first response byte (:mod:`agentcache.session._coalesce`); ``coalesce_timeout``:
+    the most seconds one hold lasts.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTCACHE_", extra="ignore")
@@ -66,6 +69,8 @@ class Settings(BaseSettings):
     detect_engines: bool = True
     models: dict[str, dict[str, dict[str, Any]]] = Field(default_factory=dict)
     provider_diagnostics: bool = False
+    coalesce: bool = True
+    coalesce_timeout: float = Field(default=3.0, ge=0)
 
     @field_validator("models", mode="before")
     @classmethod

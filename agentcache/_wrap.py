@@ -24,7 +24,9 @@ SDK method is called with the prepared fields (a field the SDK method does not d
 stream is the SDK's own object, tapped for usage: :mod:`agentcache._wrap_stream`). Success commits the
 turn and records usage and ``session.last_report``; an SDK exception records a retry (``attempt`` + 1,
 same generation) and is re-raised unchanged. The SDK's own retries (``max_retries``) happen inside one
-call and are not attempts.
+call and are not attempts. An async client's ``create`` is coalesced with its siblings (setting ``coalesce``,
+:mod:`agentcache.session._coalesce`): while another request of the manager writes the same new prefix, it waits
+for that request's first byte (at most ``coalesce_timeout`` seconds) before it is sent.
 
 Passed through unchanged: other resources and methods (``beta``, ``parse``, ``count_tokens``, the raw
 views' other methods...), positional arguments, unknown keyword arguments (the SDK
@@ -54,6 +56,7 @@ from ._wrap_raw import tap_raw_response
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
 from .model._usage import normalize_usage
 from .session import Session, Sessions, Turn
+from .session._coalesce import Ticket
 from .session._pipeline import with_headers
 from .targets import Target, probe, resolve_target
 
@@ -304,18 +307,24 @@ class WrappedClient:
             log.debug("wrap.failed_open_detail", api=api, detail=repr(exc), exc_info=True)
         return None
 
-    def _finish(self, plan: _Plan, name: str, result: Any) -> Any:
-        """Complete the turn for an SDK ``result`` and return the result (never raises)."""
+    def _finish(self, plan: _Plan, name: str, result: Any, ticket: Ticket | None = None) -> Any:
+        """Complete the turn for an SDK ``result`` and return the result (never raises). ``ticket``: the request's
+        coalescing ticket: its first byte is the stream's first event, else the SDK's return."""
         try:
             if name == "stream":
                 return StreamManagerProxy(result, plan.turn)
+            if plan.stream and not plan.raw:
+                return tap_stream(result, plan.turn, ticket)
+            if ticket is not None:
+                ticket.first_byte()
             if plan.raw:
                 return tap_raw_response(result, plan.turn)
-            if plan.stream:
-                return tap_stream(result, plan.turn)
             plan.turn.succeed(normalize_usage(result, plan.turn.api))
         except Exception as exc:  # fail open
             log.warning("wrap.failed_open", stage="response", api=plan.turn.api, error=type(exc).__name__)
+        finally:
+            if ticket is not None and not (plan.stream and not plan.raw):
+                ticket.release()
         return result
 
     def _intercept(
@@ -340,9 +349,31 @@ class WrappedClient:
             return call
 
         async def acall(*args: Any, **kwargs: Any) -> Any:
-            return await call(*args, **kwargs)
+            plan = planner(method, args, kwargs)
+            if plan is None:
+                return await method(*args, **kwargs)
+            ticket = self._ac_claim(plan.turn)
+            try:
+                if ticket is not None and ticket.held:  # a sibling is writing this prefix: wait for its first byte
+                    await ticket.wait()
+                result = await method(*plan.args, **plan.kwargs)
+            except BaseException as exc:
+                if ticket is not None:
+                    ticket.release()
+                if isinstance(exc, Exception):
+                    plan.turn.fail(exc)
+                raise
+            return self._finish(plan, name, result, ticket)
 
         return acall
+
+    def _ac_claim(self, turn: Turn) -> Ticket | None:
+        """The coalescing ticket of ``turn`` (:mod:`agentcache.session._coalesce`), or None; never raises."""
+        try:
+            return self._ac_session.manager.claim(turn)
+        except Exception as exc:  # fail open
+            log.warning("wrap.failed_open", stage="coalesce", error=type(exc).__name__)
+            return None
 
     async def _settle(self, plan: _Plan, name: str, pending: Any) -> Any:
         try:

@@ -33,6 +33,7 @@ from typing import Any
 from ._log import get_logger
 from .model._usage import CacheUsage, UsageAccumulator
 from .session import Turn
+from .session._coalesce import Ticket
 
 __all__ = ["StreamManagerProxy", "UsageTap", "tap_stream"]
 
@@ -59,7 +60,9 @@ class UsageTap:
         self._acc.add_event(event)
 
 
-def _complete(turn: Turn, tap: UsageTap, exc: BaseException | None) -> None:
+def _complete(turn: Turn, tap: UsageTap, exc: BaseException | None, ticket: Ticket | None = None) -> None:
+    if ticket is not None:
+        ticket.release()
     try:
         # An exception mid-stream is a cut response; cancellation or an interrupt ends it like an early close.
         turn.finish(tap.usage, cut=isinstance(exc, Exception))
@@ -81,30 +84,39 @@ def _tap_sync(inner: Iterator[Any], turn: Turn, tap: UsageTap) -> Iterator[Any]:
     _complete(turn, tap, None)
 
 
-async def _tap_async(inner: AsyncIterator[Any], turn: Turn, tap: UsageTap) -> AsyncIterator[Any]:
+async def _tap_async(
+    inner: AsyncIterator[Any], turn: Turn, tap: UsageTap, ticket: Ticket | None = None
+) -> AsyncIterator[Any]:
     try:
         async for item in inner:
+            if ticket is not None:
+                ticket.first_byte()  # the upstream began answering: siblings held on this prefix may go
             tap.observe(item)
             yield item
     except GeneratorExit:
-        _complete(turn, tap, None)
+        _complete(turn, tap, None, ticket)
         raise
     except BaseException as exc:
-        _complete(turn, tap, exc)
+        _complete(turn, tap, exc, ticket)
         raise
-    _complete(turn, tap, None)
+    _complete(turn, tap, None, ticket)
 
 
-def tap_stream(stream: Any, turn: Turn) -> Any:
+def tap_stream(stream: Any, turn: Turn, ticket: Ticket | None = None) -> Any:
     """Tap ``stream`` (an SDK ``Stream``/``AsyncStream``/``MessageStream``) for ``turn``'s usage and
-    return it (the same object). Never raises: when it cannot tap, the turn succeeds without usage."""
+    return it (the same object). ``ticket``: the request's coalescing ticket (an async stream's first event is
+    its first byte; released when the stream ends). Never raises: when it cannot tap, the turn succeeds without
+    usage."""
     try:
         turn.commit()
         inner: Any = getattr(stream, "_iterator", None)
         tap = UsageTap(turn.api)
         if hasattr(inner, "__anext__"):
-            stream._iterator = _tap_async(inner, turn, tap)
+            stream._iterator = _tap_async(inner, turn, tap, ticket)
             return stream
+        if ticket is not None:  # nothing to watch: the SDK's return is the first byte
+            ticket.first_byte()
+            ticket.release()
         if hasattr(inner, "__next__"):
             stream._iterator = _tap_sync(inner, turn, tap)
             return stream
@@ -112,6 +124,8 @@ def tap_stream(stream: Any, turn: Turn) -> Any:
         turn.finish(None)
     except Exception as exc:  # fail open: the stream goes back as it came
         log.warning("wrap.failed_open", stage="stream_tap", error=type(exc).__name__)
+        if ticket is not None:
+            ticket.release()
     return stream
 
 

@@ -23,6 +23,10 @@ Run: ``python benchmarks/proxy_bench.py [--quick] [--litellm PATH] [--json OUT]`
 * Figures: p50 and p99 of time to first body byte (TTFB) and of the whole response, per target; *added* is
   the target's percentile minus ``direct``'s; and agentcache's added latency as a share of LiteLLM's.
 
+With ``--fanout``, runs only the fan-out figures (``benchmarks/_fanout_bench.py``): rounds of 4 sibling subagents
+sent at once through the proxy with coalescing on and off, the upstream's first byte after ``--ttft`` seconds
+(default 0.6): requests held, hold-time distribution, write tokens saved, latency.
+
 With ``--memory``, also runs 20,000 requests over 2,000 new sessions through the agentcache proxy (10 rounds of
 2,000) and reports its RSS before and after each round (``/proc/PID/status`` VmRSS).
 """
@@ -98,6 +102,8 @@ async def _upstream_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWri
                         break
             elif length:
                 await reader.readexactly(length)
+            if _DELAY:  # time to first byte (--fanout)
+                await asyncio.sleep(_DELAY)
             writer.write(_HEAD)
             for chunk in _CHUNKS:
                 writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -109,8 +115,13 @@ async def _upstream_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWri
         writer.close()
 
 
-def serve_upstream(port: int) -> None:
-    """Run the fake upstream on 127.0.0.1:``port`` until killed."""
+_DELAY = 0.0
+
+
+def serve_upstream(port: int, delay: float = 0.0) -> None:
+    """Run the fake upstream on 127.0.0.1:``port`` until killed, answering each request after ``delay`` s."""
+    global _DELAY
+    _DELAY = delay
 
     async def main() -> None:
         server = await asyncio.start_server(_upstream_conn, "127.0.0.1", port, backlog=1024)
@@ -377,9 +388,14 @@ def main() -> None:
         help="python of another agentcache checkout (its own venv): its proxy and step breakdown run beside these",
     )
     parser.add_argument("--breakdown-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fanout", action="store_true", help="only the fan-out figures: coalescing, hold times")
+    parser.add_argument("--ttft", type=float, default=0.6, help="--fanout: upstream seconds to first byte")
     args = parser.parse_args()
     if args.serve_upstream:
-        serve_upstream(args.serve_upstream)
+        serve_upstream(args.serve_upstream, args.ttft if args.fanout else 0.0)
+        return
+    if args.fanout:
+        _fanout_only(args)
         return
     if args.breakdown_only:
         print(json.dumps(breakdown(Conversations())))
@@ -440,6 +456,26 @@ def main() -> None:
             p.terminate()
         for p in procs:
             p.wait(timeout=20)
+
+
+def _fanout_only(args: argparse.Namespace) -> None:
+    """``--fanout``: sibling subagents through the proxy with coalescing on and off (``_fanout_bench.py``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _fanout_bench import fanout, markdown
+
+    up_port = _free_port()
+    up = _start(
+        [sys.executable, __file__, "--serve-upstream", str(up_port), "--fanout", "--ttft", str(args.ttft)], up_port
+    )
+    try:
+        system, tools, _ = _tau()
+        res = fanout(up_port, _wait, _free_port, system, tools, rounds=5 if args.quick else 20)
+        print(markdown(res, args.ttft))
+        if args.json:
+            args.json.write_text(json.dumps({"fanout": res, "ttft": args.ttft}, indent=2))
+    finally:
+        up.terminate()
+        up.wait(timeout=20)
 
 
 def _markdown(r: dict[str, Any]) -> str:

@@ -6,6 +6,9 @@
   tool turn appends 24+ blocks (more than Anthropic's 20-block lookback).
 * ``gaps``: tau-bench sessions with timestamps: a few seconds after a tool call (the agent loop),
   5–30 minutes after the agent answered the user (the human's think time).
+* ``subagents``: generated Claude Code-shaped runs, each launching 4 subagents at once that share a new task
+  context (``benchmarks/_subagents.py``; no recorded text). Audited with concurrency (a 1 s TTFT), so the
+  ``agentcache_coalesced`` arm shows what coalescing adds.
 All derivations are deterministic (seeded).
 """
 
@@ -16,6 +19,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from _subagents import subagents
 
 from agentcache.loaders import Record, load
 
@@ -86,4 +91,7 @@ WORKLOADS: dict[str, Callable[[], list[Record]]] = {
     "swe-agent": swe_agent,
     "fanout": fanout,
     "gaps": gaps,
+    "subagents": subagents,
 }
+#: Workloads audited with concurrency: seconds from a request's start to its first byte.
+TTFT: dict[str, float] = {"subagents": 1.0}

@@ -7,14 +7,17 @@ Candidates, in priority order; the first ``max_breakpoints`` that qualify are us
 2. **client**: the client's own valid markers on this request, newest first (``markers="merge"``):
    they outrank every marker agentcache would add itself (``req`` carries the client's current
    markers only; a form re-sent from history never brings its old ones);
-3. **read**: the deepest entry the session's previous request wrote that this request still shares,
+3. **sibling**: the end of the prefix a subagent's first request shares with its sibling's (learned per
+   lineage: ``PlanHints.sibling_at``), when they diverge inside the messages: the sibling subagents then read
+   one entry for their shared task context instead of each writing it (claude-code#82739, #50213);
+4. **read**: the deepest entry the session's previous request wrote that this request still shares,
    when the tail is more than ``lookback_blocks - 1`` content blocks past it (a long fan-out turn);
-4. **rewrite**: the last block before the message the client is expected to rewrite next turn
+5. **rewrite**: the last block before the message the client is expected to rewrite next turn
    (``PlanHints.rewrite_at``, learned from a sliding window that elides old tool outputs), so the
    entry written there is still read after the rewrite;
-5. **system**: the last block of the static prefix (tools, then system), shared by every session;
-6. **tools**: the last tool, so tools stay cached when the system text is volatile;
-7. **stable**: the block before the first static block that changed since the last turn, else the
+6. **system**: the last block of the static prefix (tools, then system), shared by every session;
+7. **tools**: the last tool, so tools stay cached when the system text is volatile;
+8. **stable**: the block before the first static block that changed since the last turn, else the
    system block before the last one.
 
 Extra markers cost no write tokens (one write covers read point → deepest breakpoint); they only use
@@ -46,18 +49,20 @@ class PlanHints:
     ``rewrite_at``: the message index the client is expected to rewrite next turn, or None.
     ``ttl``: the TTL for markers agentcache places (from :mod:`agentcache.policies.ttl`).
     ``mode``: ``merge`` keeps the client's valid markers where slots allow; ``own`` ignores them.
+    ``sibling_at``: blocks this request (a subagent's first) shares with its sibling's, or None.
     """
 
     ephemeral_tail: int = 0
     rewrite_at: int | None = None
     ttl: str = "5m"
     mode: str = "merge"
+    sibling_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class BreakpointPlan:
     """Markers to place: block index → :class:`Marker`, and the reason for each (``tail``, ``read``,
-    ``rewrite``, ``client``, ``system``, ``tools``, ``stable``). ``top`` is a top-level marker (this
+    ``rewrite``, ``client``, ``sibling``, ``system``, ``tools``, ``stable``). ``top`` is a top-level marker (this
     planner never uses one: explicit markers are strictly more precise)."""
 
     markers: Mapping[int, Marker] = field(default_factory=dict)
@@ -106,6 +111,8 @@ def plan_breakpoints(
     candidates: list[tuple[int | None, str]] = [(tail, "tail")]
     client = dict(req.markers()) if hints.mode == "merge" else {}
     candidates += [(i, "client") for i in sorted(client, reverse=True) if eligible(req, i)]
+    if hints.sibling_at is not None and end < hints.sibling_at <= len(req.blocks):
+        candidates.append((_last_eligible(req, hints.sibling_at, end), "sibling"))
     if prev is not None and tail is not None:
         prev_marks = [i for i, _ in prev.markers() if i < shared]
         if prev_marks:

@@ -7,10 +7,19 @@ with ``P`` = tokens already cached (read this turn) and ``T`` = new tokens this 
   ``p5``) the whole prefix is written again;
 * 1h: ``w1·T + p1·w1·(P+T) + (1−p1)·r·(P+T)``.
 
-``w5``, ``w1``, ``r`` are the write/read multipliers of ``AnthropicRules`` (1.25, 2, 0.1). A hit
+``w5``, ``w1``, ``r`` are the write/read multipliers of ``AnthropicRules`` (1.25, 2, 0.1: platform.claude.com/
+docs/en/about-claude/pricing, "5-minute cache writes 1.25x base input, 1-hour cache writes 2x, cache hits
+0.1x"; the numbers live in ``models.toml``). A hit
 refreshes the TTL, so only the new tail pays the 1h premium. ``p`` is estimated from the session's
 observed gaps with a weak prior (``(n_long + 0.1) / (n + 2.1)``); with no timing information (recorded
 traffic without timestamps) no gap is assumed to be long and 5m is kept.
+
+Subagents: a subagent's first request has no gaps of its own, and what decides whether its new entries are read
+again is when its lineage's next subagent comes. So its gaps are the lineage's subagent launches (``source``
+``siblings``: seconds between the first requests of the lineage's subagents, this one included). Siblings
+launched together (gaps of seconds) keep 5m; 1h is chosen only when the launches are observed more than 5
+minutes apart and the expected rewrites pay for the 2× write — not for every subagent, the trap of
+claude-code#74318, where a blanket 1h TTL for subagents cost 8.6% more than 5m.
 
 A keep-warm request (a prefill-only request that reads the prefix, refreshing its TTL) is worth
 sending when ``k·r·(P+T) < (w5 − r)·(P+T)`` for the ``k`` refreshes needed to bridge the expected gap.
@@ -65,10 +74,16 @@ def long_gap_probability(gaps: Sequence[float], limit: float, decay: float = _DE
 
 
 def choose_ttl(
-    gaps: Sequence[float] | None, prefix_tokens: int, new_tokens: int, rules: AnthropicRules, pinned: str = "auto"
+    gaps: Sequence[float] | None,
+    prefix_tokens: int,
+    new_tokens: int,
+    rules: AnthropicRules,
+    pinned: str = "auto",
+    source: str = "session",
 ) -> TTLDecision:
     """Pick 5m or 1h for the markers this turn writes. ``gaps``: the session's past inter-request gaps
-    in seconds, or None when the traffic carries no timestamps. ``pinned``: ``auto``, ``5m`` or ``1h``."""
+    in seconds, or None when the traffic carries no timestamps. ``pinned``: ``auto``, ``5m`` or ``1h``.
+    ``source``: whose gaps they are, for the reason (``session``, or ``siblings``: see the module docstring)."""
     if gaps is None or pinned != "auto":
         ttl = pinned if pinned != "auto" else "5m"
         why = f"pinned to {ttl} by settings" if pinned != "auto" else "no timing information: 5m"
@@ -80,8 +95,9 @@ def choose_ttl(
     c5 = w5 * new_tokens + p5 * w5 * whole + (1 - p5) * r * whole
     c1 = w1 * new_tokens + p1 * w1 * whole + (1 - p1) * r * whole
     ttl = "1h" if c1 < c5 else "5m"
+    kind = "sibling launch gaps" if source == "siblings" else "gaps"
     reason = (
-        f"{len(gaps)} gaps seen, P(gap>5m)={p5:.2f}: expected cost 5m={c5:,.0f} vs 1h={c1:,.0f} "
+        f"{len(gaps)} {kind} seen, P(gap>5m)={p5:.2f}: expected cost 5m={c5:,.0f} vs 1h={c1:,.0f} "
         f"token-equivalents over the next turn ({prefix_tokens:,} cached + {new_tokens:,} new)"
     )
     return TTLDecision(ttl, p5, p1, prefix_tokens, new_tokens, c5, c1, reason)

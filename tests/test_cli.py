@@ -20,6 +20,7 @@ from agentcache._log import get_logger
 from agentcache._logging import configure_logging, reset_logging
 from agentcache.analysis._render import render_report
 from agentcache.loaders import load
+from agentcache.model import _rules
 
 ROOT = Path(__file__).resolve().parent.parent
 TAU = ROOT / "data" / "tau-bench" / "gpt-4o-airline.json"
@@ -47,6 +48,7 @@ def _fresh_logging() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def tau_json() -> dict[str, Any]:
+    _rules._warned.clear()  # named once per process: an earlier module may have named gpt-4o already
     result = runner.invoke(cli.app, ["audit", str(TAU), "--provider", "anthropic", "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     # tau-bench's gpt-4o under Anthropic rules: named once, priced as the default model

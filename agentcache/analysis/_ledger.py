@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..model._canonical import CanonicalRequest, common_prefix, static_end
@@ -32,13 +32,16 @@ from ..model._usage import CacheUsage, served_by
 from ..model._volatile import VolatileSpan
 from ..policies import STRATEGIES, apply_strategy
 from ..policies.volatility import suggestion
-from ..simulate import IdealSimulator, OpenAISimulator, SimResult, Simulator, SimUsage
+from ..simulate import Concurrency, IdealSimulator, OpenAISimulator, SimResult, Simulator, SimUsage
 from ..targets import Target, cost_usd
 from ._diagnose import _classify, diagnose
 from ._key_arms import KeyArms
 from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, SimErrorRecord, TurnRecord
 
-__all__ = ["Ledger", "Recorded"]
+__all__ = ["COALESCED", "Ledger", "Recorded"]
+
+#: The arm of agentcache with its coalescer, simulated when the ledger models concurrency.
+COALESCED = "agentcache_coalesced"
 
 #: Cross-session differences worth reporting: the sessions would share the prefix without them.
 _CROSS_SESSION_CAUSES = frozenset({TOOLS_REORDERED, TOOLS_SERIALIZATION, SYSTEM_VOLATILE})
@@ -99,7 +102,9 @@ class Ledger:
     ``reported`` arm; ``sim_errors``: keep the simulator's error per request (see the module docstring).
     ``overflow``: the request times are real, so OpenAI's simulated partitions overflow above their per-minute rate
     (:mod:`agentcache.simulate._openai`).
-    ``simulate``: False keeps only ``reported``. ``keep_turns``: keep a :class:`TurnRecord` per request
+    ``simulate``: False keeps only ``reported``. ``concurrency``: model overlapping requests
+    (:class:`~agentcache.simulate.Concurrency`) in every simulated arm and add the :data:`COALESCED` arm.
+    ``keep_turns``: keep a :class:`TurnRecord` per request
     (charts, tests)."""
 
     def __init__(
@@ -119,11 +124,16 @@ class Ledger:
         max_records: int | None = None,
         max_scopes: int = 16,
         max_chain: int = 400_000,
+        concurrency: Concurrency | None = None,
     ) -> None:
         self.target, self.model = target, model
         self.strategies = tuple(strategies)
-        self.simulated = ("as_sent", "agentcache", *self.strategies) if simulate else ()
-        base = ("as_sent", "agentcache") if simulate else ()
+        # Overlapping requests modelled: every simulated arm sees them, and ``agentcache_coalesced`` is agentcache
+        # with its coalescer (a request waits for the sibling writing its prefix).
+        self.concurrency = concurrency
+        coalesced = (COALESCED,) if concurrency is not None and simulate else ()
+        self.simulated = ("as_sent", "agentcache", *coalesced, *self.strategies) if simulate else ()
+        base = ("as_sent", "agentcache", *coalesced) if simulate else ()
         self.arms = (*base, *(("ideal",) if ideal else ()), *self.strategies, *(("reported",) if reported else ()))
         self.keep_turns = keep_turns
         self.sim_errors = sim_errors and simulate
@@ -174,6 +184,8 @@ class Ledger:
         if self.simulated:
             results["as_sent"] = sc.sims["as_sent"].run(prepared.client, now)
             results["agentcache"] = sc.sims["agentcache"].run(prepared.planned, now)
+            if COALESCED in sc.sims:
+                results[COALESCED] = sc.sims[COALESCED].run(prepared.planned, now)
             for name in self.strategies:
                 if name in STRATEGIES:
                     req = apply_strategy(name, prepared.client)
@@ -310,7 +322,10 @@ class Ledger:
     def _new_scope(self, target: Target, last: float = 0.0) -> _Scope:
         sims: dict[str, Simulator] = {}
         for arm in self.simulated:
-            sim = target.simulator(self.model)
+            conc = self.concurrency
+            if conc is not None:
+                conc = replace(conc, coalesce=arm == COALESCED)
+            sim = target.simulator(self.model, conc)
             assert sim is not None
             if isinstance(sim, OpenAISimulator):
                 sim.overflow = self.overflow

@@ -43,6 +43,7 @@ class Cause(StrEnum):
     TTL_EXPIRED = "ttl.expired"
     BELOW_MINIMUM = "below_minimum"
     CACHE_KEY_CHANGED = "cache_key.changed"
+    WRITE_IN_FLIGHT = "write.in_flight"
 
     @property
     def is_break(self) -> bool:
@@ -75,6 +76,7 @@ LOOKBACK_EXCEEDED: Final = Cause.LOOKBACK_EXCEEDED
 TTL_EXPIRED: Final = Cause.TTL_EXPIRED
 BELOW_MINIMUM: Final = Cause.BELOW_MINIMUM
 CACHE_KEY_CHANGED: Final = Cause.CACHE_KEY_CHANGED
+WRITE_IN_FLIGHT: Final = Cause.WRITE_IN_FLIGHT
 
 BREAK_CAUSES: Final[tuple[Cause, ...]] = (
     TOOLS_REORDERED,
@@ -103,6 +105,7 @@ MISS_CAUSES: Final[tuple[Cause, ...]] = (
     TTL_EXPIRED,
     BELOW_MINIMUM,
     CACHE_KEY_CHANGED,
+    WRITE_IN_FLIGHT,
 )
 
 #: Breaks whose new bytes mean the same as the old ones: agentcache re-sends the old bytes.

@@ -29,6 +29,7 @@ from ..model._rawjson import NestingTooDeep, dumps_spliced, loads
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
+from ..session._coalesce import Ticket
 from ._errors import Style, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
 from ._sessions import header_value, identity_of, tenant_of
@@ -110,13 +111,23 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     if turn is not None and turn.prepared.headers:  # planned headers (provider diagnostics' beta header)
         headers = with_raw_headers(headers, turn.prepared.headers)
     req = state.client.build_request(request.method, state.url(request), headers=headers, content=content)
-    started = time.perf_counter()
-    upstream = await state.send(req, route, style)
+    ticket = _claim(state, turn)
+    try:
+        if ticket is not None and ticket.held:  # a sibling is writing this prefix: wait for its first byte
+            await ticket.wait()
+        started = time.perf_counter()
+        upstream = await state.send(req, route, style)
+    except BaseException:  # cancelled (the client went away): the requests held on this one go
+        if ticket is not None:
+            ticket.release()
+        raise
     if turn is not None and turn.session.provider:
         provider = turn.session.provider
     model = body.get("model")
     model = model if isinstance(model, str) else ""
     if isinstance(upstream, Response):
+        if ticket is not None:
+            ticket.release()
         if turn is not None:
             turn.fail(f"upstream_{upstream.status_code}")
         state.count_request(route, provider, model, "error")
@@ -146,12 +157,36 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         state.fail_open("respond", exc)
         extra = []
 
+    if ticket is not None and not ok:
+        ticket.release()  # a refused request wrote nothing
+
     async def done(outcome: StreamOutcome) -> None:
-        await _finish(state, route, provider, model, turn, tenant, upstream.status_code, started, outcome, close_after)
+        if ticket is not None:
+            ticket.release()
+        await _finish(
+            state, route, provider, model, turn, tenant, upstream.status_code, started, outcome, close_after, ticket
+        )
 
     return UpstreamResponse(
-        upstream, started=started, tap=tap, extra_headers=extra, on_done=done, on_error=state.response_failed
+        upstream,
+        started=started,
+        tap=tap,
+        extra_headers=extra,
+        on_done=done,
+        on_error=state.response_failed,
+        on_first_byte=ticket.first_byte if ticket is not None and ok else None,
     )
+
+
+def _claim(state: ProxyState, turn: Turn | None) -> Ticket | None:
+    """The coalescing ticket of a prepared ``turn`` (see :mod:`agentcache.session._coalesce`), or None."""
+    if turn is None:
+        return None
+    try:
+        return state.sessions.claim(turn)
+    except Exception as exc:
+        state.fail_open("coalesce", exc)
+        return None
 
 
 async def _commit(state: ProxyState, turn: Turn) -> None:
@@ -197,6 +232,7 @@ async def _finish(
     started: float,
     outcome: StreamOutcome,
     close_after: bool,
+    ticket: Ticket | None = None,
 ) -> None:
     """After the last byte: the turn report and event, metrics, live report, the request's log line, and a
     requested close."""
@@ -219,6 +255,13 @@ async def _finish(
                 state.report.record(f"{tenant}/{turn.session.session_id}", tenant, turn, usage)
                 if close_after:
                     await state.close(tenant, turn.session.session_id, "closed")
+        hold = ticket.hold if ticket is not None else None
+        if hold is not None:
+            fields["coalesce"] = {
+                "outcome": hold.outcome,
+                "hold_ms": round(hold.waited_s * 1000, 3),
+                "saved_write_tokens": hold.saved_tokens,
+            }
         log.info(
             "proxy.request",
             route=route,

@@ -131,6 +131,8 @@ class UpstreamResponse(Response):
 
     ``started``: ``perf_counter()`` when the upstream request was sent. ``on_done(outcome)`` runs after the
     last byte (or the failure), with the upstream response already closed; it must not raise.
+    ``on_first_byte()`` runs when the first body chunk arrives from the upstream, before it is relayed (the
+    coalescer's signal that the request's cache entries are readable); it must not raise.
     """
 
     def __init__(
@@ -142,8 +144,10 @@ class UpstreamResponse(Response):
         extra_headers: Iterable[tuple[bytes, bytes]] = (),
         on_done: Callable[[StreamOutcome], Awaitable[None]] | None = None,
         on_error: Callable[[str, BaseException], None] | None = None,
+        on_first_byte: Callable[[], None] | None = None,
     ) -> None:
         self.upstream = upstream
+        self._on_first_byte = on_first_byte
         self.status_code = upstream.status_code
         self._on_error = on_error
         self.raw_headers = response_headers(upstream, self._valid(extra_headers))
@@ -188,6 +192,8 @@ class UpstreamResponse(Response):
             async for chunk in self._chunks():
                 if self._first is None:
                     self._first = time.perf_counter() - self._started
+                    if self._on_first_byte is not None:
+                        self._on_first_byte()  # the upstream began answering: its cache entries are readable
                 if self._tap is not None:
                     self._tap.feed(chunk)
                 self._sent += len(chunk)

@@ -20,6 +20,7 @@ from ..model._fields import LifecycleEvent
 from ..model._totals import UsageTotals
 from ..model._types import TargetKind
 from ..targets import Target, target_named
+from ._coalesce import Coalescer, Hold, Ticket
 from ._identity import LOCAL_TENANT
 from ._lifecycle import Sink, emit
 from ._pipeline import ScopeMemory, SessionPipeline
@@ -29,7 +30,7 @@ from ._store import AsyncSessionStore, MemoryStore, Opened, SessionStore, StoreU
 if TYPE_CHECKING:
     from ._sessions import Sessions
 
-__all__ = ["DEFAULT_IDLE_TIMEOUT", "Lineage", "Manager", "SessionClosedError"]
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "SIBLING_BLOCKS", "Lineage", "Manager", "SessionClosedError"]
 
 log = get_logger("agentcache.session")
 
@@ -44,12 +45,21 @@ class SessionClosedError(ConfigError):
 
 @dataclass(slots=True)
 class Lineage:
-    """What a manager keeps per lineage (a root session and its subagents): usage ``totals`` and the OpenAI
+    """What a manager keeps per lineage (a root session and its subagents): usage ``totals``, the OpenAI
     ``routing_key`` its first request got, which every later session of the lineage reuses, so all land where
-    the lineage's prefixes are cached."""
+    the lineage's prefixes are cached, and its latest subagent's first prefix (``sibling``)."""
 
     totals: UsageTotals = field(default_factory=UsageTotals)
     routing_key: str | None = None
+    #: The client's prefix chain (block hashes, at most :data:`SIBLING_BLOCKS`) of the first request the latest
+    #: subagent of the lineage sent: where the next subagent's prompt diverges from it is their shared prefix.
+    sibling: tuple[bytes, ...] | None = None
+    #: When the lineage's latest subagents sent their first requests (seconds, at most 32).
+    spawns: tuple[float, ...] = ()
+
+
+#: Leading blocks of a subagent's first request a lineage remembers (32 bytes each, hashes only).
+SIBLING_BLOCKS = 512
 
 
 class Manager:
@@ -97,6 +107,27 @@ class Manager:
         self._lineages: OrderedDict[str, Lineage] = OrderedDict()
         self._scopes: OrderedDict[tuple[str, TargetKind], ScopeMemory] = OrderedDict()
         self._seq = 0
+        #: Holds sibling requests until the one writing their shared prefix answers (setting ``coalesce``).
+        self.coalescer = Coalescer(
+            enabled=self.settings.coalesce, timeout=self.settings.coalesce_timeout, on_hold=self._coalesced
+        )
+
+    def claim(self, turn: Any) -> Ticket | None:
+        """The coalescing ticket of a prepared ``turn`` (a :class:`~agentcache.session.Turn`): None when it is not
+        coalesced (setting off, a local engine, nothing cacheable, no event loop). Never raises."""
+        target = turn.session.target
+        if target is None:
+            return None
+        engine = target.kind == TargetKind.ENGINE
+        provider = "anthropic" if target.kind == TargetKind.ANTHROPIC else "openai"
+        return self.coalescer.claim(turn.session.tenant, turn.prepared.planned, provider=provider, engine=engine)
+
+    def _coalesced(self, hold: Hold) -> None:
+        """Hand a :class:`Hold` to every sink that counts them (``coalesced``, as :class:`PrometheusSink`)."""
+        for sink in self.sinks:
+            fn = getattr(sink, "coalesced", None)
+            if callable(fn):
+                fn(hold)
 
     # ---- lookups -----------------------------------------------------------------------------
 

@@ -27,6 +27,11 @@ metric (namespace ``agentcache``)       labels / meaning
 ``total``                               :mod:`agentcache.model._provider`; ``other`` if undocumented),
                                         ``agrees`` (``true``/``false`` with agentcache's cause for the same
                                         requests, ``unknown`` when the provider could not compare); events
+``agentcache_coalesce_held_requests_``  ``outcome``: ``released``, ``timeout``, ``writer_failed``,
+``total``                               ``cancelled`` (requests held for a sibling's first byte: coalescer)
+``agentcache_coalesce_hold_seconds``    seconds each held request waited (histogram)
+``agentcache_coalesce_saved_write_``    estimated prompt tokens not written again because a held request
+``tokens_total``                        read its sibling's entry instead (released holds)
 ======================================  ====================================================================
 
 Token ``source`` values: ``turn`` is a committed turn, counted from its ``turn`` event. It is the only value a
@@ -62,9 +67,11 @@ from ..model._provider import reason_label
 from ..model._rules import anthropic_rules, openai_rules
 from ..model._types import Api
 from ..model._usage import CacheUsage
+from ._coalesce import HOLD_OUTCOMES
 
 if TYPE_CHECKING:
     from ..analysis._ledger import Recorded
+    from ._coalesce import Hold
 
 __all__ = ["TOKEN_SOURCES", "PrometheusSink", "model_label", "provider_label"]
 
@@ -134,8 +141,30 @@ class PrometheusSink:
         self.saved = prometheus.Gauge(
             "saved_usd", "USD saved: simulated as_sent minus agentcache", namespace=ns, registry=reg
         )
+        self.held = counter(
+            "coalesce_held_requests",
+            "Requests held until a sibling writing their shared prefix answered, by outcome",
+            ["outcome"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.hold_seconds = prometheus.Histogram(
+            "coalesce_hold_seconds",
+            "Seconds a held request waited for its sibling's first byte",
+            namespace=ns,
+            registry=reg,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10),
+        )
+        self.saved_write_tokens = counter(
+            "coalesce_saved_write_tokens",
+            "Estimated prompt tokens a held request read from its sibling's entry instead of writing them again",
+            namespace=ns,
+            registry=reg,
+        )
         for name in EVENTS:  # export every series from the start, at 0
             self.events.labels(event=name)
+        for outcome in HOLD_OUTCOMES:
+            self.held.labels(outcome=outcome)
 
     def __call__(self, event: LifecycleEvent) -> None:
         """Count ``event``; for a turn, also its usage (``source="turn"``) and its cost (``arm="reported"``)."""
@@ -151,6 +180,13 @@ class PrometheusSink:
         provider = provider_label(report.api, report.storage_tier.kind == "engine")
         self.count_tokens(provider, report.model, report.usage, "turn")
         self.cost.labels(provider, model_label(provider, report.model), "reported").inc(report.cost_usd or 0.0)
+
+    def coalesced(self, hold: Hold) -> None:
+        """Count one held request (a :class:`~agentcache.session._coalesce.Hold`): its outcome, seconds held and
+        the write tokens it saved (estimated)."""
+        self.held.labels(outcome=hold.outcome).inc()
+        self.hold_seconds.observe(hold.waited_s)
+        self.saved_write_tokens.inc(hold.saved_tokens)
 
     def count_tokens(self, provider: str, model: str | None, usage: CacheUsage, source: str) -> None:
         """Add ``usage``'s prompt tokens by kind. ``provider`` is a :func:`provider_label` value, ``model`` the

@@ -25,7 +25,7 @@ from ..adapters import apply, canonicalize, reshaped
 from ..analysis._diagnose import Divergence, diagnose
 from ..analysis._repair import RepairPlan, Sent, ToolMemory, plan_repairs, repaired_request
 from ..model._build import BlockCache, rebuild
-from ..model._canonical import CanonicalRequest, unmarked, with_markers
+from ..model._canonical import CanonicalRequest, static_end, unmarked, with_markers
 from ..model._causes import MESSAGES_EDITED, REPAIRABLE_BREAKS, Cause
 from ..model._rawjson import RawBody
 from ..model._types import Api
@@ -35,7 +35,7 @@ from ..targets import PlanInput, Target, TargetPlan, target_named
 from ._snapshot import restore, snapshot
 from ._state import Learned, PipelineState
 
-__all__ = ["Learned", "PipelineState", "Prepared", "ScopeMemory", "SessionPipeline", "with_headers"]
+__all__ = ["Learned", "PipelineState", "Prepared", "ScopeMemory", "SessionPipeline", "sibling_depth", "with_headers"]
 
 
 @dataclass(slots=True)
@@ -88,6 +88,17 @@ class Prepared:
     state: PipelineState
     headers: tuple[tuple[str, str], ...] = ()
     diagnosed: bool = False
+
+
+def sibling_depth(req: CanonicalRequest, sibling: tuple[bytes, ...]) -> int | None:
+    """Blocks ``req`` (as the client sent it) shares with a sibling subagent's first request (its client prefix
+    ``chain``: the bytes the client sent, before agentcache's markers reshape any string), when they diverge
+    inside the messages (past tools and system, before ``req``'s end): the siblings' shared prefix, which no
+    marker of the client's may end (claude-code#82739: a 33-token difference between subagent prompts rewrote
+    5,308 cached tokens because the last breakpoint sat ~5.3K tokens before it). None otherwise."""
+    n = min(len(sibling), len(req.chain))
+    shared = next((i for i in range(n) if sibling[i] != req.chain[i]), n)
+    return shared if static_end(req) < shared < len(req.blocks) else None
 
 
 def _tool_names(req: CanonicalRequest) -> frozenset[str]:
@@ -157,11 +168,16 @@ class SessionPipeline:
         now: float | None = None,
         raw: RawBody | None = None,
         routing_key: str | None = None,
+        sibling: tuple[bytes, ...] | None = None,
+        spawns: tuple[float, ...] = (),
     ) -> Prepared:
         """Plan the request sent at ``now`` (seconds; None when unknown). ``raw``: the source texts of ``body``
         when it was parsed by :func:`agentcache.model.loads` (its unchanged units are then keyed by their text).
-        ``routing_key``: the key the session's lineage already carries. Pure; raises InputError for a malformed
-        body (the caller then sends the original request unchanged)."""
+        ``routing_key``: the key the session's lineage already carries. ``sibling``: for a subagent's first
+        request, the prefix chain of its latest sibling's first request (where the two diverge inside the
+        messages, the planner may mark the end of their shared part: :func:`sibling_depth`); ``spawns``: the times
+        of the lineage's earlier subagents' first requests (the TTL policy's gaps for a subagent's first request).
+        Pure; raises InputError for a malformed body (the caller then sends the original request unchanged)."""
         api = Api(api)
         st = self.state
         self.cache.begin(raw)
@@ -197,6 +213,8 @@ class SessionPipeline:
             self.scope.keys,
             bool(repair.plan.replace) or repair.plan.tool_order is not None,
             st.response_id,
+            sibling_depth(client, sibling) if sibling is not None and last is None else None,
+            spawns if last is None else (),
         )
         tplan = self.target.plan(inp)
         plan = repair.plan.merged(tplan.wire).merged(self.target.diagnostics(inp))

@@ -39,7 +39,7 @@ from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
 from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Checkpoints, Identity, checkpoints_of, new_session_id
 from ._lifecycle import annotate
-from ._manager import DEFAULT_IDLE_TIMEOUT, Lineage, Manager, SessionClosedError
+from ._manager import DEFAULT_IDLE_TIMEOUT, SIBLING_BLOCKS, Lineage, Manager, SessionClosedError
 from ._session import UNSET, Session
 from ._store import MemoryStore, StoreUnavailable
 from ._turn import Turn, build_report
@@ -248,9 +248,27 @@ class Sessions(Manager):
         if sess.target is None:
             sess.target = self._resolve(api, target)
         lineage = self._lineages.get(sess.lineage)
-        prepared = sess.pipeline.prepare(
-            api, body, now=at, raw=raw, routing_key=lineage.routing_key if lineage is not None else None
+        pipe = sess.pipeline
+        # A subagent's first request: its siblings' shared prefix is where it diverges from the latest sibling's.
+        first_of_subagent = lineage is not None and sess.parent is not None and pipe.sent is None
+        sibling = lineage.sibling if first_of_subagent and lineage is not None else None
+        spawns = lineage.spawns if first_of_subagent and lineage is not None else ()
+        prepared = pipe.prepare(
+            api,
+            body,
+            now=at,
+            raw=raw,
+            routing_key=lineage.routing_key if lineage is not None else None,
+            sibling=sibling,
+            spawns=spawns,
         )
+        if sess.parent is not None and pipe.sent is None:
+            # Learned when prepared, not committed: siblings launched together are prepared before any answers.
+            with self._lock:
+                state = self._lineage(sess.lineage)
+                state.sibling = prepared.client.chain[:SIBLING_BLOCKS]
+                if at is not None:
+                    state.spawns = (*state.spawns[-31:], at)
         wire = annotate(prepared.body, sess.signal, base_url, tuple(self.sinks))
         self._seq += 1
         return Turn(sess, self._seq, api, prepared, wire, checkpoints, size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .._exceptions import ConfigError
 from ._anthropic import AnthropicSimulator, breakpoints, last_cacheable, markers_valid
-from ._base import SeenIndex, SimResult, Simulator, SimUsage
+from ._base import Concurrency, SeenIndex, SimResult, Simulator, SimUsage
 from ._engine import EngineSimulator
 from ._ideal import IdealSimulator
 from ._openai import OpenAISimulator, cached_tokens
@@ -23,6 +23,7 @@ def simulator_for(provider: str, model: str | None = None) -> Simulator:
 
 __all__ = [
     "AnthropicSimulator",
+    "Concurrency",
     "EngineSimulator",
     "IdealSimulator",
     "OpenAISimulator",

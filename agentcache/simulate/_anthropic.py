@@ -15,8 +15,13 @@ Modelled rules (platform.claude.com/docs/en/build-with-claude/prompt-caching; nu
   or before the read point write nothing; their existing entries count as used and are refreshed;
 * the cache scope is one model (one workspace): sessions share entries.
 
-Simplifications, documented: token counts are tiktoken estimates; an entry becomes readable as soon
-as the writing request starts (recorded order breaks ties); blocks are the matching unit.
+Concurrency (:class:`~agentcache.simulate.Concurrency`, given): an entry becomes readable only at its writer's
+first byte (its start + TTFT), so requests that overlap do not read each other's writes (the miss cause
+``write.in_flight``); with ``coalesce`` a request that would read an entry still being written waits for it (at
+most ``hold`` seconds; ``SimResult.held_s``) and reads it, as agentcache's coalescer does. Without it, an entry is
+readable as soon as the writing request starts (recorded order breaks ties).
+
+Simplifications, documented: token counts are tiktoken estimates; blocks are the matching unit.
 """
 
 from __future__ import annotations
@@ -26,15 +31,18 @@ from dataclasses import dataclass, field
 from ..model import _causes as C
 from ..model._canonical import CanonicalRequest, Marker
 from ..model._rules import AnthropicRules, anthropic_rules
-from ._base import ModelScopes, SeenIndex, SimResult, SimUsage
+from ._base import Concurrency, ModelScopes, SeenIndex, SimResult, SimUsage
 
 _NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})
+#: Hold times a coalescing simulator keeps (for the distribution; the rest are only counted in results).
+MAX_HOLDS = 100_000
 
 
 @dataclass(slots=True)
 class _Entry:
     expires: float
     ttl: float
+    readable: float = 0.0  # the writer's first byte: reads hit from then on
 
 
 @dataclass(slots=True)
@@ -79,17 +87,25 @@ class AnthropicSimulator:
     """Replays canonical requests, in time order, through one shared model of Anthropic's cache.
 
     ``run(req, now)`` returns a :class:`SimResult`; ``now`` is in seconds and must not decrease.
-    ``model`` overrides every request's model for pricing and scope.
+    ``model`` overrides every request's model for pricing and scope. ``concurrency``: model overlapping
+    requests (see the module docstring); None: an entry is readable as soon as its writer starts.
+    ``holds``: the seconds of every hold so far (a coalescing simulator; at most :data:`MAX_HOLDS` kept).
     """
 
     provider = "anthropic"
 
-    def __init__(self, model: str | None = None):
+    def __init__(self, model: str | None = None, concurrency: Concurrency | None = None):
         self._model = model
         self._scopes: ModelScopes[_Scope] = ModelScopes(_Scope)
+        self.concurrency = concurrency
+        self.holds: list[float] = []
 
-    def run(self, req: CanonicalRequest, now: float) -> SimResult:
-        """Simulate one request (see module docstring)."""
+    def run(self, req: CanonicalRequest, now: float, first_byte: float | None = None) -> SimResult:
+        """Simulate one request started at ``now`` (see module docstring). ``first_byte``: seconds from its
+        start to its first response byte when recorded (else the concurrency's TTFT)."""
+        conc = self.concurrency
+        ttft = (first_byte if first_byte is not None else conc.ttft) if conc is not None else 0.0
+        hold_limit = conc.hold if conc is not None and conc.coalesce else -1.0
         model = self._model or req.model
         rules = anthropic_rules(model)
         scope = self._scopes.get(model)
@@ -103,14 +119,24 @@ class AnthropicSimulator:
         ordinal = _ordinals(req)
         bps = [(i, rules.ttl_1h_seconds if m.ttl == "1h" else rules.ttl_5m_seconds) for i, m in breakpoints(req)]
         hits: list[int] = []
+        wait = 0.0
         for b, _ in bps:
             e = b
             while e >= 0 and ordinal[b] - ordinal[e] <= rules.lookback_blocks:
                 ent = scope.entries.get(req.chain[e])
                 if ent is not None and ent.expires > now and not req.blocks[e].is_option:
-                    hits.append(e)
-                    break
+                    if ent.readable <= now:
+                        hits.append(e)
+                        break
+                    if ent.readable - now <= hold_limit:  # coalesced: wait for the writer's first byte
+                        wait = max(wait, ent.readable - now)
+                        hits.append(e)
+                        break
                 e -= 1
+        if wait > 0:
+            if len(self.holds) < MAX_HOLDS:
+                self.holds.append(wait)
+            now += wait  # the request is sent when the writer answered
         read_idx = max(hits, default=-1)
         read = req.tokens_before(read_idx + 1)
         cause, where = (None, None)
@@ -139,11 +165,14 @@ class AnthropicSimulator:
             else:
                 write5 += seg
             covered = b
-            scope.entries[req.chain[b]] = _Entry(now + ttl, ttl)
+            readable = now + ttft
+            if ent is not None and ent.expires > now:  # a concurrent writer of the same entry answers first
+                readable = min(readable, ent.readable)
+            scope.entries[req.chain[b]] = _Entry(now + ttl, ttl, readable)
         scope.seen.add(req)
         uncached = prompt - read - write5 - write1h
         usage = SimUsage(prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h)
-        return SimResult(usage, matched, cause, where)
+        return SimResult(usage, matched, cause, where, held_s=wait)
 
     @staticmethod
     def _attribute(
@@ -168,6 +197,8 @@ class AnthropicSimulator:
                 continue
             if ent.expires <= now:
                 return C.TTL_EXPIRED, req.blocks[i].path
+            if ent.readable > now:  # written by a request that has not started its response yet
+                return C.WRITE_IN_FLIGHT, req.blocks[i].path
             alive = i
         if alive > read_idx:
             beyond = [b for b, _ in bps if b >= alive]

@@ -43,7 +43,8 @@ class SimResult:
     read than matched (``markers.missing``, ``lookback.exceeded``, ``ttl.expired``...), else None;
     ``loss_where``: the block path it concerns, when one applies. ``rejected``: the provider would
     refuse the request (e.g. five cache markers): nothing is cached and the client must resend it, so
-    it is counted as fully uncached.
+    it is counted as fully uncached. ``held_s``: seconds a coalescing simulator held the request for a
+    concurrent writer's first byte (0 otherwise).
     """
 
     usage: SimUsage
@@ -51,6 +52,24 @@ class SimResult:
     loss_cause: str | None = None
     loss_where: str | None = None
     rejected: bool = False
+    held_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Concurrency:
+    """How a simulator models requests that overlap in time. A provider cache entry is readable once the request
+    writing it has started its response (Anthropic prompt caching: "the cache entry becomes available after the
+    first response begins"; docs/design.md, provider rules), so requests sent together cannot read each other.
+
+    ``ttft``: seconds from a request's start to its first response byte, where the records give none (a
+    request's own recorded first-byte delay wins). ``coalesce``: model agentcache's coalescer
+    (:mod:`agentcache.session._coalesce`): a request that would read an entry still being written waits for it,
+    at most ``hold`` seconds, and then reads it.
+    """
+
+    ttft: float = 1.0
+    coalesce: bool = False
+    hold: float = 3.0
 
 
 class SeenIndex:

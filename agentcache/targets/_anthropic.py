@@ -20,7 +20,7 @@ from ..model._rules import anthropic_rules
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..policies import KeepWarmDecision, PlanHints, choose_ttl, plan_breakpoints, plan_keep_warm
-from ..simulate import AnthropicSimulator, Simulator
+from ..simulate import AnthropicSimulator, Concurrency, Simulator
 from ._base import PlanInput, Target, TargetPlan
 
 __all__ = ["AnthropicTarget", "gaps_of"]
@@ -46,9 +46,11 @@ class AnthropicTarget(Target):
         rules = anthropic_rules(self.model or rep.model)
         shared = common_prefix(inp.sent, rep) if inp.sent is not None else 0
         cached = rep.tokens_before(shared)
-        gaps = gaps_of(inp.times, inp.now, inp.timed)
-        ttl = choose_ttl(gaps, cached, rep.tokens - cached, rules, inp.settings.ttl_policy)
-        hints = PlanHints(inp.ephemeral_tail, inp.rewrite_at, ttl.ttl, inp.settings.markers)
+        gaps, source = gaps_of(inp.times, inp.now, inp.timed), "session"
+        if inp.sent is None and inp.spawns:  # a subagent's first request: when does its lineage's next one come?
+            gaps, source = gaps_of(inp.spawns, inp.now, inp.timed), "siblings"
+        ttl = choose_ttl(gaps, cached, rep.tokens - cached, rules, inp.settings.ttl_policy, source)
+        hints = PlanHints(inp.ephemeral_tail, inp.rewrite_at, ttl.ttl, inp.settings.markers, inp.sibling_at)
         bp = plan_breakpoints(rep, inp.sent, rules, hints)
         paths = tuple(rep.blocks[i].path for i in bp.markers)
         reasons = tuple(bp.reasons[i] for i in bp.markers)
@@ -80,9 +82,9 @@ class AnthropicTarget(Target):
         w5 = usage.cache_write_tokens - usage.cache_write_1h_tokens
         return rules.cost(usage.uncached_tokens, usage.cache_read_tokens, w5, usage.cache_write_1h_tokens)
 
-    def simulator(self, model: str | None = None) -> Simulator:
-        """:class:`~agentcache.simulate.AnthropicSimulator`."""
-        return AnthropicSimulator(model or self.model)
+    def simulator(self, model: str | None = None, concurrency: Concurrency | None = None) -> Simulator:
+        """:class:`~agentcache.simulate.AnthropicSimulator` (with ``concurrency``: overlapping requests)."""
+        return AnthropicSimulator(model or self.model, concurrency)
 
     def keep_warm(
         self, sent: CanonicalRequest, times: tuple[float, ...], expected_gap: float | None

@@ -22,7 +22,7 @@ from ..model._plan import WirePlan
 from ..model._types import Api, Engine, TargetKind
 from ..model._usage import CacheUsage
 from ..policies import KeepWarmDecision, KeyPlanner, TTLDecision
-from ..simulate import Simulator
+from ..simulate import Concurrency, Simulator
 
 __all__ = ["PlanInput", "Target", "TargetPlan"]
 
@@ -36,7 +36,10 @@ class PlanInput:
     (:class:`~agentcache.policies.PlanHints`). ``routing_key``: the key the session (or its lineage) already
     carries. ``keys``: the cache scope's key planner. ``repaired``: the repairs re-sent an earlier form of some
     unit (so markers must be written even where the target adds none). ``previous_response``: the id of the
-    response to the session's last request, when it arrived (for provider diagnostics)."""
+    response to the session's last request, when it arrived (for provider diagnostics). ``sibling_at``: a
+    subagent's first request shares this many blocks with its sibling's (their shared prefix), or None.
+    ``spawns``: for a subagent's first request, the times of its lineage's earlier subagents' first requests
+    (seconds; the TTL policy's gaps for it)."""
 
     api: Api
     request: CanonicalRequest
@@ -52,6 +55,8 @@ class PlanInput:
     keys: KeyPlanner | None = None
     repaired: bool = False
     previous_response: str | None = None
+    sibling_at: int | None = None
+    spawns: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +114,9 @@ class Target(ABC):
         model its table does not know as its default model (``agentcache/data/models.toml``)."""
         return None
 
-    def simulator(self, model: str | None = None) -> Simulator | None:
-        """A fresh simulator of this target's cache (for reports), or None."""
+    def simulator(self, model: str | None = None, concurrency: Concurrency | None = None) -> Simulator | None:
+        """A fresh simulator of this target's cache (for reports), or None. ``concurrency``: model overlapping
+        requests (:class:`~agentcache.simulate.Concurrency`; Anthropic only, ignored elsewhere)."""
         return None
 
     def keep_warm(

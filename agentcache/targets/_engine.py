@@ -14,7 +14,7 @@ from ..model._fields import StorageTier
 from ..model._plan import WirePlan
 from ..model._types import Engine, TargetKind
 from ..model._usage import CacheUsage
-from ..simulate import EngineSimulator, Simulator
+from ..simulate import Concurrency, EngineSimulator, Simulator
 from ._base import PlanInput, Target, TargetPlan
 
 __all__ = ["EngineTarget"]
@@ -41,6 +41,6 @@ class EngineTarget(Target):
         """Engine storage; the tiers the read tokens came from when the engine reports them (SGLang HiCache)."""
         return StorageTier("engine", None, dict(usage.tiers) if usage is not None else {})
 
-    def simulator(self, model: str | None = None) -> Simulator:
+    def simulator(self, model: str | None = None, concurrency: Concurrency | None = None) -> Simulator:
         """:class:`~agentcache.simulate.EngineSimulator` (a shared, unbounded prefix cache)."""
         return EngineSimulator(model or self.model)

@@ -17,7 +17,7 @@ from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..policies import PlanHints
 from ..policies.breakpoints import plan_openai_breakpoints
-from ..simulate import OpenAISimulator, Simulator
+from ..simulate import Concurrency, OpenAISimulator, Simulator
 from ._base import PlanInput, Target, TargetPlan
 
 __all__ = ["OpenAITarget", "family_of"]
@@ -87,6 +87,6 @@ class OpenAITarget(Target):
         rules = openai_rules(self.model or model)
         return rules.cost(usage.uncached_tokens + usage.cache_write_tokens, usage.cache_read_tokens)
 
-    def simulator(self, model: str | None = None) -> Simulator:
+    def simulator(self, model: str | None = None, concurrency: Concurrency | None = None) -> Simulator:
         """:class:`~agentcache.simulate.OpenAISimulator`."""
         return OpenAISimulator(model or self.model)
