@@ -120,3 +120,13 @@ def test_local_renderer_renders_the_template_and_tokenizes(tmp_path: Path) -> No
     assert with_tools[:2] == ids[:2] and len(with_tools) > len(ids)  # tools first: the prefix changes after BOS
     anthropic = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hello world"}]}
     assert renderer.render_sync("anthropic.messages", anthropic) == ids
+
+
+def test_unknown_generated_tokens_are_taken_from_the_prompt_that_echoes_the_reply() -> None:
+    cache = LlamaCppCache(slots=1)
+    cache.begin(A)
+    cache.end(0, [], 4, echoed=True)  # four sampled, ids unknown: three stay in the slot
+    assert cache.begin([*A, 1, 2, 3, 4, 5]).cached_tokens == 103
+    cache.end(0, [], 4, echoed=True)
+    cache.begin(B)  # a prompt that does not extend the slot settles nothing
+    assert cache.slot_tokens(0) == tuple(B)

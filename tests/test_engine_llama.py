@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,3 +102,44 @@ def test_predicted_cached_tokens_match_llama_cpp(engine: LlamaServer) -> None:
 def engine_slots(server: LlamaServer) -> int:
     """The server's ``--parallel``."""
     return int(server.options.parallel or 1)
+
+
+def test_live_report_engine_arm_predicts_what_llama_cpp_reports(tmp_path: Path) -> None:
+    """In front of llama.cpp the live report gets an ``engine`` arm beside ``reported`` (the cloud simulators'
+    minimum lengths show 0 there): one agent session, its replies sent back as generated."""
+    from agentcache.proxy import ProxyConfig, create_app
+    from tests.test_proxy_support import ServerThread, settings
+
+    assert SMOLLM2 is not None
+    with LlamaServer(
+        SMOLLM2, parallel=1, ctx_size=2048, chat_template_file=TEMPLATE, log_path=tmp_path / "s.log"
+    ) as llm:
+        app = create_app(ProxyConfig(upstream=llm.base_url, engine="llama"), settings=settings())
+        with ServerThread(app) as proxy:
+            totals, reported = _live_session(proxy.url, app.state.proxy)
+    assert reported > 0 and totals["reported"]["cache_read_tokens"] == reported
+    assert totals["engine"]["requests"] == 3
+    assert abs(totals["engine"]["cache_read_tokens"] - reported) <= 0.02 * reported, (totals["engine"], reported)
+    assert totals["engine"]["prompt_tokens"] == totals["reported"]["prompt_tokens"]
+    print(f"\nlive engine arm: {totals['engine']}; reported: {totals['reported']}")  # shown with pytest -s
+
+
+def _live_session(url: str, state: Any) -> tuple[dict[str, Any], int]:
+    """Three turns of one session through the proxy at ``url``; the live report's totals and the cached tokens
+    the engine reported."""
+    import openai
+
+    from tests.test_proxy_support import eventually
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key="local", max_retries=0, timeout=300)
+    messages: list[dict[str, str]] = [{"role": "system", "content": policy()[:300]}]
+    texts = [m["content"][:120] for m in real_turns(0) if m["role"] == "user" and m.get("content")]
+    reported = 0
+    for text in texts[:3]:
+        messages.append({"role": "user", "content": text})
+        done = client.chat.completions.create(model="m", messages=messages, max_tokens=4, temperature=0)  # type: ignore[arg-type]
+        assert done.usage is not None and done.usage.prompt_tokens_details is not None
+        reported += done.usage.prompt_tokens_details.cached_tokens or 0
+        messages.append({"role": "assistant", "content": done.choices[0].message.content or ""})
+    eventually(lambda: state.report.engine is not None and state.report.engine.total.requests == 3, timeout=60)
+    return state.report.to_dict()["totals"], reported

@@ -65,6 +65,7 @@ class _Slot:
     tokens: tuple[int, ...] = ()
     t_last: int = -1
     busy: bool = False
+    echo: int = 0  # generated tokens the slot holds that are not known yet (``end(..., echoed=True)``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +190,12 @@ class LlamaCppCache:
         """A request with prompt ``tokens`` (ids, as ``/tokenize`` with ``add_special`` gives them) arrives,
         pinned to ``id_slot`` or not. Returns the prediction; its slot is busy until :meth:`end`."""
         prompt = tuple(tokens)
+        for state in self._slots:
+            if state.echo and not state.busy:
+                n = len(state.tokens)
+                if prompt[:n] == state.tokens:  # the reply came back: the slot held its tokens
+                    state.tokens = prompt[: n + state.echo]
+                state.echo = 0
         slot, update = self._select(prompt, id_slot)
         if slot is None or slot.busy:  # the server defers the request until a slot frees up
             return LlamaPrediction(None, 0, len(prompt))
@@ -214,14 +221,21 @@ class LlamaCppCache:
                         other.tokens = ()
         return LlamaPrediction(slot.id, cached, len(prompt), loaded)
 
-    def end(self, slot: int | None, generated: Sequence[int] = (), n_generated: int | None = None) -> None:
+    def end(
+        self, slot: int | None, generated: Sequence[int] = (), n_generated: int | None = None, *, echoed: bool = False
+    ) -> None:
         """The request in ``slot`` finished having sampled ``n_generated`` tokens (default ``len(generated)``),
-        whose ids begin ``generated``: the slot keeps all but the last sampled one after its prompt."""
+        whose ids begin ``generated``: the slot keeps all but the last sampled one after its prompt.
+
+        ``echoed``: the ids are not known (a proxy that does not read the generated text); assume the next
+        prompt that extends the slot's content carries the reply verbatim, as agents send it back, and take
+        those ``n_generated - 1`` tokens from it."""
         if slot is None or not 0 <= slot < len(self._slots):
             return
         state = self._slots[slot]
         n = len(generated) if n_generated is None else n_generated
         state.tokens = state.tokens + tuple(generated[: max(0, n - 1)])
+        state.echo = max(0, n - 1 - len(generated)) if echoed else 0
         state.busy = False
         self._clock += 1
         state.t_last = self._clock
