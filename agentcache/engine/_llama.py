@@ -261,6 +261,11 @@ class LlamaCppCache:
         return self._slots[slot].tokens
 
     @property
+    def tokens_held(self) -> int:
+        """Token ids the model holds (slots and prompt cache), for memory accounting."""
+        return sum(len(s.tokens) for s in self._slots) + sum(map(len, self._ram))
+
+    @property
     def cached_prompts(self) -> int:
         """Prompts in the host-memory prompt cache."""
         return len(self._ram)

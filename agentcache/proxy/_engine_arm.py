@@ -33,6 +33,12 @@ log = get_logger("agentcache.proxy")
 ENGINE_ARM = "engine"
 #: Requests waiting to be predicted; beyond, new ones are left out of the arm.
 MAX_PENDING = 256
+#: Tokens the modelled host-memory prompt cache keeps (~36 B each as Python ints: ~9 MB). The server's own limit
+#: is in bytes (``--cache-ram``, 8 GiB by default) and usually holds more, so a long-running arm may predict less
+#: than the server restores from it.
+RAM_LIMIT_TOKENS = 262_144
+#: Bytes per session's arm metrics (one ``ArmMetrics`` and its key): an upper estimate.
+SESSION_BYTES = 400
 
 
 class EngineArm:
@@ -83,7 +89,7 @@ class EngineArm:
             with contextlib.suppress(Exception):  # an old server without /props: one slot
                 response = await self._client.get("/props")
                 slots = int(response.json().get("total_slots") or 1)
-            self.cache = LlamaCppCache(slots=max(1, slots))
+            self.cache = LlamaCppCache(slots=max(1, slots), ram_limit_tokens=RAM_LIMIT_TOKENS)
         return LlamaServerRenderer(client=self._client)
 
     async def _run(self) -> None:
@@ -120,6 +126,11 @@ class EngineArm:
                 self.sessions.pop(next(iter(self.sessions)))
             metrics = self.sessions[session] = ArmMetrics()
         metrics.add(result)
+
+    def estimated_bytes(self) -> int:
+        """Estimated bytes held: per-session metrics and the modelled token ids (36 B each as Python ints)."""
+        held = self.cache.tokens_held if self.cache is not None else 0
+        return len(self.sessions) * SESSION_BYTES + held * 36
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait until every queued request is predicted (tests, shutdown)."""

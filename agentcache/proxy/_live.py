@@ -121,6 +121,7 @@ class LiveReport:
             + led.simulated_prefixes() * SIM_PREFIX_BYTES
             + (len(led.breaks) + len(led.misses)) * RECORD_BYTES
             + names
+            + (self.engine.estimated_bytes() if self.engine is not None else 0)
         )
 
     def report(self, tenant: str | None = None) -> AuditReport:

@@ -60,7 +60,8 @@ class ReplayResult:
         """How the engine model's ``predicted_cached_tokens`` compare with the ``cached_tokens`` the engine
         reported, over completed turns that have both: ``turns``, ``equal`` (turns predicted exactly),
         ``equal_rate``, ``predicted_cached_tokens``, ``reported_cached_tokens`` and ``total_error`` (predicted /
-        reported - 1; None when nothing was reported). None when no turn was predicted."""
+        reported - 1; None when nothing was reported); ``unpredicted``: completed turns without a prediction
+        (every slot busy when sent: the server queued them). None when no turn was predicted."""
         pairs = [
             (t.predicted_cached_tokens, t.cached_tokens or 0)
             for t in self.turns
@@ -73,6 +74,7 @@ class ReplayResult:
         equal = sum(1 for p, r in pairs if p == r)
         return {
             "turns": len(pairs),
+            "unpredicted": sum(1 for t in self.turns if t.ok and t.predicted_cached_tokens is None),
             "equal": equal,
             "equal_rate": round(equal / len(pairs), 6),
             "predicted_cached_tokens": predicted,
