@@ -140,6 +140,8 @@ class FakeEngine:
                 if self.kind == "llama.cpp"
                 else httpx.Response(404)
             )
+        if path in ("/apply-template", "/tokenize"):  # a llama.cpp-like fake without them: no predictions
+            return httpx.Response(404)
         if path == "/close_session":
             self.closed.append(json.loads(request.content)["session_id"])
             return httpx.Response(200, json={})

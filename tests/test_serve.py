@@ -304,3 +304,23 @@ def test_cli_preflight_failure_exits_2(tmp_path: Path) -> None:
 def test_cli_bad_option_is_one_line() -> None:
     result = CliRunner().invoke(cli.app, ["serve", "m.gguf", "--workers", "2", "--dry-run"])
     assert result.exit_code == 2 and "agentcache: error:" in result.stderr and "--workers" in result.stderr
+
+
+def test_serving_smollm2_renders_the_tools_and_says_so(tmp_path: Path) -> None:
+    """SmolLM2's own template drops the tools: serve uses the tools-first template and says so at start; any
+    other GGUF keeps its own template with a note; a template on the command line is left alone."""
+    from agentcache._engines.llama._template import TOOLS_FIRST_TEMPLATE
+
+    smol = build_plan(ServeOptions("/models/SmolLM2-135M-Instruct.Q4_1.gguf"), Toolchain(llama_server="x"))
+    argv = list(smol.processes[0].argv)
+    assert argv[argv.index("--chat-template-file") + 1] == str(TOOLS_FIRST_TEMPLATE) and TOOLS_FIRST_TEMPLATE.is_file()
+    assert any("drops the tools" in note and "tools_first.jinja" in note for note in smol.notes)
+    other = build_plan(ServeOptions("llama-3.gguf"), Toolchain(llama_server="x"))
+    assert "--chat-template-file" not in other.processes[0].argv
+    assert any("if it ignores tools" in note for note in other.notes)
+    mine = ServeOptions("SmolLM2.gguf", extra_args=("--chat-template-file", "mine.jinja"))
+    argv = list(build_plan(mine, Toolchain(llama_server="x")).processes[0].argv)
+    assert argv.count("--chat-template-file") == 1 and argv[-1] == "mine.jinja"
+    result = CliRunner().invoke(cli.app, ["serve", str(tmp_path / "SmolLM2-135M.gguf"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "--chat-template-file" in result.output and "drops the tools" in result.output

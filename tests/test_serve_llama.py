@@ -78,7 +78,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     port = _free_port()
     logs = tmp_path_factory.mktemp("serve-logs")
     argv = [sys.executable, "-m", "agentcache", "serve", str(SMOLLM2), "--engine", "llama.cpp", "--port", str(port),
-            "--sessions", "2", "--ctx-per-session", "4096", "--no-proxy", "--log-dir", str(logs)]  # fmt: skip
+            "--sessions", "2", "--ctx-per-session", "8192", "--no-proxy", "--log-dir", str(logs)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 300
@@ -158,6 +158,9 @@ def test_replay_of_a_real_taubench_session(served: Served) -> None:
     assert len(turns) == 3 and all(t["error"] is None for t in turns)
     assert all(t["cached_tokens"] > 0 for t in turns[1:]), turns
     assert turns[2]["cached_tokens"] >= turns[1]["prompt_tokens"] - 16
+    # serve renders SmolLM2's tools (the tools-first template): the 14 airline tools are in the prompt
+    assert turns[0]["prompt_tokens"] > 3000, turns[0]  # ~1,400 with the model's own template
+    assert all(t["predicted_cached_tokens"] == t["cached_tokens"] for t in turns), turns
 
 
 @pytest.mark.llama

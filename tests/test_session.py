@@ -323,3 +323,29 @@ def test_a_commit_failure_fails_open(quiet: None, monkeypatch: pytest.MonkeyPatc
     with capture_logs() as logs:
         assert t.succeed(USAGE) is None
     assert s.turns == 0 and [e["event"] for e in logs] == ["session.commit_failed"]
+
+
+def test_reuse_boundary_says_what_the_repair_saved_and_which_counter_counted(quiet: None) -> None:
+    """A tools.reordered turn that agentcache repaired: ``tokens_lost`` is what is lost after the repair (only
+    what follows the shared prefix of what was sent), ``tokens_lost_unrepaired`` what the client's own order
+    would have lost, and each count names its counter (issue 15 item 6)."""
+    sessions = Sessions(provider="anthropic")
+    session = sessions.session("s")
+    first = session.begin(API, body(1)).succeed(USAGE)
+    assert first is not None and first.reuse_boundary.cause is None and first.reuse_boundary.tokens_lost == 0
+    turn = session.begin(API, body(2, tools=list(reversed(anthropic_tools()))))
+    report = turn.succeed(USAGE)
+    assert report is not None
+    rb = report.reuse_boundary
+    before = turn.prepared.before
+    assert before is not None
+    assert rb.cause == "tools.reordered" and rb.repaired and "tools.reordered" in report.repairs
+    assert rb.tokens_lost_unrepaired > 3000  # the tools come first: nearly all of turn one, as the client sent it
+    assert rb.tokens_lost == before.tokens - rb.matched_tokens < 20  # repaired: only turn one's tail differs
+    assert rb.token_source == "tiktoken-estimate"
+    assert rb.reported_tokens == 1000 and rb.reported_source == "provider-tokenizer"
+    engine = Sessions(provider="llama.cpp").session("e")
+    done = engine.begin("openai.chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}).succeed(
+        normalize_usage({"usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}})
+    )
+    assert done is not None and done.reuse_boundary.reported_source == "engine-tokenizer"

@@ -16,7 +16,11 @@ from ._provider import ProviderMiss
 from ._usage import CacheUsage
 
 __all__ = [
+    "BYTES_ESTIMATE",
+    "ENGINE_TOKENIZER",
     "EVENTS",
+    "PROVIDER_TOKENIZER",
+    "TIKTOKEN_ESTIMATE",
     "EventName",
     "LifecycleEvent",
     "PrefixIdentity",
@@ -56,16 +60,29 @@ class PrefixIdentity:
         )
 
 
+#: ``ReuseBoundary.token_source``: counts from tiktoken ``o200k_base``, or ``ceil(utf8 bytes / 4)`` without it.
+TIKTOKEN_ESTIMATE = "tiktoken-estimate"
+BYTES_ESTIMATE = "bytes-estimate"
+#: ``ReuseBoundary.reported_source``: the engine's tokenizer (llama.cpp, SGLang) or the provider's.
+ENGINE_TOKENIZER = "engine-tokenizer"
+PROVIDER_TOKENIZER = "provider-tokenizer"
+
+
 @dataclass(frozen=True, slots=True)
 class ReuseBoundary:
-    """How deep the request can be served from cache.
+    """How deep the request can be served from cache, and which counter each number comes from.
 
-    ``matched_blocks``/``matched_tokens``: the prefix shared with what this session last sent (the
-    reuse agentcache expects; tokens are tiktoken estimates). ``reported_tokens``: what the upstream
-    reported reading, in its own tokens (None before the response, or when not reported).
-    ``cause``/``where``/``tokens_lost``: the break of the client's request against its previous one
-    (a name from :mod:`agentcache.model._causes`, the first divergent unit, the tokens to process again);
-    None/None/0 for an append-only turn.
+    ``matched_blocks``/``matched_tokens``: the prefix of what is sent (after agentcache's repairs) shared with
+    what this session last sent — the reuse agentcache expects, counted by ``token_source``
+    (``tiktoken-estimate``, or ``bytes-estimate`` without tiktoken). ``reported_tokens``: what the upstream
+    reported reading, counted by ``reported_source`` (``engine-tokenizer`` or ``provider-tokenizer``; both
+    None before the response, or when not reported).
+    ``cause``/``where``: the break of the client's own request against its previous one (a name from
+    :mod:`agentcache.model._causes`, the first divergent unit); None/None for an append-only turn.
+    ``tokens_lost``: previously sent tokens that must be processed again *after* the repairs (what was sent
+    against what was sent before); ``tokens_lost_unrepaired``: what the client's request as it came would
+    have lost; ``repaired``: agentcache repaired the cause (then ``tokens_lost`` < ``tokens_lost_unrepaired``
+    is the saving). Both in ``token_source`` tokens.
     """
 
     matched_blocks: int
@@ -74,6 +91,10 @@ class ReuseBoundary:
     cause: str | None = None
     where: str | None = None
     tokens_lost: int = 0
+    tokens_lost_unrepaired: int = 0
+    repaired: bool = False
+    token_source: str = TIKTOKEN_ESTIMATE
+    reported_source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,11 @@ The same per-arm :class:`~agentcache.analysis.Ledger` as ``agentcache audit``, p
   costs 0; a model the price table does not know is priced as the provider's default model);
 * ``as_sent`` and ``agentcache`` (when ``simulate`` is on): the target's simulator replaying the client's original
   requests and the requests agentcache sent, through one shared simulated cache per tenant and target. Their
-  difference is the money agentcache saved; the ``agentcache_saved_usd`` gauge follows it.
+  difference is the money agentcache saved; the ``agentcache_saved_usd`` gauge follows it;
+* ``engine`` (in front of a llama.cpp engine): the cached tokens the engine model predicts for what was sent,
+  exact to the token with the upstream's own template and tokenizer (:class:`~._engine_arm.EngineArm`; off the
+  request path). The cloud simulators' minimum lengths do not apply to an engine, so this is the arm to read
+  beside ``reported`` there.
 
 Bounded: the most recent ``max_sessions`` sessions and ``max_records`` breaks and misses, a few simulated caches
 holding at most ``max_chain`` prefixes in all (see the ledger; each simulator keeps at most
@@ -21,12 +25,13 @@ from collections import Counter
 from typing import Any
 
 from ..analysis._ledger import Ledger
-from ..analysis._report import AuditReport, ModelRecord
+from ..analysis._report import ArmMetrics, AuditReport, ModelRecord
 from ..model._rules import lookup_model
-from ..model._types import TargetKind
+from ..model._types import Engine, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
 from ..session._metrics import provider_label
+from ._engine_arm import ENGINE_ARM, EngineArm
 from ._metrics import ProxyMetrics
 
 __all__ = ["LIVE_ARMS", "LiveReport"]
@@ -64,6 +69,8 @@ class LiveReport:
             max_chain=max_chain,
         )
         self.max_names = max_names
+        #: the ``engine`` arm, set by the proxy in front of a llama.cpp engine
+        self.engine: EngineArm | None = None
         self.providers: Counter[str] = Counter()
         self.models: Counter[str] = Counter()
         #: requests per (tenant, provider, model), for the report's ``models`` (a caller sees its own tenant's)
@@ -92,6 +99,8 @@ class LiveReport:
             parent=parent,
             lineage=lineage,
         )
+        if self.engine is not None and getattr(target, "engine", None) == Engine.LLAMA_CPP:
+            self.engine.submit(session, turn.api, turn.body, usage)
         if self.metrics is not None:  # the reported arm's cost comes from the turn's event
             label = provider_label(turn.api, target.kind == TargetKind.ENGINE)
             self.metrics.sink.record(label, model, done)
@@ -112,6 +121,7 @@ class LiveReport:
             + led.simulated_prefixes() * SIM_PREFIX_BYTES
             + (len(led.breaks) + len(led.misses)) * RECORD_BYTES
             + names
+            + (self.engine.estimated_bytes() if self.engine is not None else 0)
         )
 
     def report(self, tenant: str | None = None) -> AuditReport:
@@ -121,12 +131,25 @@ class LiveReport:
         for (who, provider, model), n in self.model_uses.items():
             if tenant is None or who == tenant:
                 uses[provider, model] += n
+        if self.engine is not None and self.engine.total.requests:
+            self._add_engine_arm(report, tenant)
         report.models = [
             ModelRecord(provider, model, known, priced_as, n)
             for (provider, model), n in sorted(uses.items())
             for priced_as, known in [lookup_model(provider, model or None)]
         ]
         return report
+
+    def _add_engine_arm(self, report: AuditReport, tenant: str | None) -> None:
+        """The ``engine`` arm's metrics into ``report``'s sessions and totals (a tenant's: its sessions')."""
+        assert self.engine is not None
+        total = ArmMetrics()
+        for session in report.sessions:
+            metrics = self.engine.sessions.get(session.session)
+            if metrics is not None:
+                session.arms[ENGINE_ARM] = metrics
+                total.merge(metrics)
+        report.totals[ENGINE_ARM] = self.engine.total if tenant is None else total
 
     def to_dict(self, tenant: str | None = None) -> dict[str, Any]:
         """The JSON document (audit schema)."""

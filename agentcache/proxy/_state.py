@@ -24,6 +24,7 @@ from ..model._usage import CacheUsage
 from ..session import MemoryStore, Session, Sessions, SGLangSink, StoreUnavailable
 from ..targets import EngineTarget, Target, aprobe, resolve_target
 from ._config import ProxyConfig
+from ._engine_arm import EngineArm
 from ._errors import Style, error_response, upstream_failure
 from ._keepwarm import KeepWarmer
 from ._live import SIM_PREFIX_BYTES, LiveReport
@@ -162,6 +163,11 @@ class ProxyState:
         engine = self.declared.engine if isinstance(self.declared, EngineTarget) else self.detected
         if isinstance(transport, ShardedTransport) and engine in CLOSES_AFTER_STREAM:
             transport.closes_after_stream = True
+        if engine == Engine.LLAMA_CPP and c.upstream_kind == "url":  # the live report's engine arm
+            arm_client = httpx.AsyncClient(
+                base_url=c.upstream_url, timeout=30.0, trust_env=False, transport=self._transport
+            )
+            self.report.engine = EngineArm(c.upstream_url, client=arm_client)
         self._sweeper = asyncio.create_task(self._sweep_loop())
 
     async def shutdown(self) -> None:
@@ -179,6 +185,8 @@ class ProxyState:
                 await sink.aflush(5.0)
         if self._background:
             await asyncio.wait(set(self._background), timeout=5.0)
+        if self.report.engine is not None:
+            await self.report.engine.aclose()
         if hasattr(self.store, "aclose"):
             await self.store.aclose()
         if self._client is not None:

@@ -4,7 +4,9 @@ Any format :func:`agentcache.loaders.load` reads; bodies are converted to the ta
 Anthropic Messages, Responses → Chat, or SGLang ``/generate`` token ids). Sessions run in parallel (bounded),
 each session's requests in order, streaming; each config reports requests completed, errors, prompt and cached
 tokens as the server reported them, TTFT p50/p95/p99 and total time. This is the tool for comparing no cache /
-engine prefix cache / tiered cache on the same traffic.
+engine prefix cache / tiered cache on the same traffic. On a llama.cpp endpoint each turn also gets
+``predicted_cached_tokens``: the engine model's prediction (:mod:`agentcache.engine`, the server's own template
+and tokenizer), and the result a ``prediction`` summary against what the server reported.
 
 Library use::
 

@@ -40,7 +40,11 @@ class TurnResult:
     to the end. ``prompt_tokens``/``cached_tokens``/``output_tokens``: as the server reported them (None when
     it reported none). ``ttft_s``: seconds from sending to the first generated token (None on error).
     ``duration_s``: to the end of the stream. ``started_s``: when it was sent, from the start of the replay.
-    ``tiers``: SGLang ``cached_tokens_details`` when reported. ``slot``: the llama.cpp slot it was pinned to."""
+    ``tiers``: SGLang ``cached_tokens_details`` when reported. ``slot``: the llama.cpp slot it was pinned to.
+    ``predicted_cached_tokens``/``predicted_slot``: the engine model's prediction for a llama.cpp endpoint
+    (:class:`agentcache.engine.LlamaCppCache`, the server's own template and tokenizer; None when not predicted).
+    ``generated_ids``/``generated_text``: what the response generated (token ids from llama.cpp's
+    ``logprobs``, else the text), for the engine model; not in :meth:`to_dict`."""
 
     session: str
     turn: int
@@ -55,13 +59,35 @@ class TurnResult:
     started_s: float = 0.0
     tiers: dict[str, int] = field(default_factory=dict)
     slot: int | None = None
+    predicted_cached_tokens: int | None = None
+    predicted_slot: int | None = None
     usage: CacheUsage | None = field(default=None, repr=False, compare=False)
+    generated_ids: list[int] = field(default_factory=list, repr=False, compare=False)
+    generated_text: str = field(default="", repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (``usage`` is given by its fields above)."""
+        """JSON-ready dict (``usage`` is given by its fields above; no generated text)."""
         out = asdict(self)
-        out.pop("usage")
+        for key in ("usage", "generated_ids", "generated_text"):
+            out.pop(key)
         return out
+
+
+def _generated(target: str, event: dict[str, Any], result: TurnResult) -> None:
+    """Add what ``event`` generated to ``result``: llama.cpp's per-token ``logprobs`` ids (OpenAI Chat with
+    ``logprobs`` on) and the text."""
+    if target == "anthropic.messages":
+        delta = event.get("delta") if event.get("type") == "content_block_delta" else None
+        if isinstance(delta, dict):
+            result.generated_text += str(delta.get("text") or delta.get("partial_json") or "")
+        return
+    for choice in event.get("choices") or []:
+        for entry in (choice.get("logprobs") or {}).get("content") or []:
+            if isinstance(entry, dict) and isinstance(entry.get("id"), int):
+                result.generated_ids.append(entry["id"])
+        content = (choice.get("delta") or {}).get("content")
+        if isinstance(content, str):
+            result.generated_text += content
 
 
 def _first_token(target: str, event: dict[str, Any]) -> bool:
@@ -137,6 +163,7 @@ async def _stream(
             if result.ttft_s is None and _first_token(target, event):
                 result.ttft_s = time.perf_counter() - start
             reader.feed(event)
+            _generated(target, event, result)
     return True
 
 
@@ -158,6 +185,8 @@ async def send_turn(
     result.started_s = start - clock_zero
     for attempt in range(2):
         reader = _UsageReader(target)
+        result.generated_ids.clear()
+        result.generated_text = ""
         try:
             if not await _stream(client, target, body, result, reader, start, headers):
                 return result

@@ -56,6 +56,32 @@ class ReplayResult:
     def hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
+    def prediction(self) -> dict[str, Any] | None:
+        """How the engine model's ``predicted_cached_tokens`` compare with the ``cached_tokens`` the engine
+        reported, over completed turns that have both: ``turns``, ``equal`` (turns predicted exactly),
+        ``equal_rate``, ``predicted_cached_tokens``, ``reported_cached_tokens`` and ``total_error`` (predicted /
+        reported - 1; None when nothing was reported); ``unpredicted``: completed turns without a prediction
+        (every slot busy when sent: the server queued them). None when no turn was predicted."""
+        pairs = [
+            (t.predicted_cached_tokens, t.cached_tokens or 0)
+            for t in self.turns
+            if t.ok and t.predicted_cached_tokens is not None
+        ]
+        if not pairs:
+            return None
+        predicted = sum(p for p, _ in pairs)
+        reported = sum(r for _, r in pairs)
+        equal = sum(1 for p, r in pairs if p == r)
+        return {
+            "turns": len(pairs),
+            "unpredicted": sum(1 for t in self.turns if t.ok and t.predicted_cached_tokens is None),
+            "equal": equal,
+            "equal_rate": round(equal / len(pairs), 6),
+            "predicted_cached_tokens": predicted,
+            "reported_cached_tokens": reported,
+            "total_error": round(predicted / reported - 1, 6) if reported else None,
+        }
+
     def ttft(self, q: float, *, later_only: bool = False) -> float | None:
         """TTFT percentile in seconds over completed requests (``later_only``: turns after each session's first)."""
         return percentile(
@@ -73,6 +99,7 @@ class ReplayResult:
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "hit_rate": round(self.hit_rate, 6),
+            "prediction": self.prediction(),
             "ttft_s": {f"p{q}": _round(self.ttft(q)) for q in (50, 95, 99)},
             "ttft_later_turns_s": {f"p{q}": _round(self.ttft(q, later_only=True)) for q in (50, 95, 99)},
             "total_s": round(self.total_s, 3),

@@ -27,6 +27,7 @@ import httpx
 
 from .._config import get_settings
 from .._log import get_logger
+from ..engine import LlamaCppCache, LlamaPrediction, LlamaServerRenderer
 from ..loaders import Record
 from ..model._types import Engine, parse_engine
 from ..session import Session, Sessions, SGLangSink, Turn
@@ -47,7 +48,10 @@ class ReplayConfig:
     ``direct``. ``affinity``: pin sessions (llama.cpp ``id_slot``, SGLang ``session_id``); default: on with
     ``via="agentcache"``. ``max_tokens``: per request. ``max_turns``/``max_sessions``: keep the first N of each.
     ``engine``: ``auto``, ``llama.cpp``, ``sglang`` or ``other``. ``model``: override the model name.
-    ``vocab_size``: for ``api="sglang"``. ``label``: the name of this config in reports."""
+    ``vocab_size``: for ``api="sglang"``. ``label``: the name of this config in reports. ``predict``: on a
+    llama.cpp endpoint, predict each turn's cached tokens with the engine model (the server's own
+    ``/apply-template`` and ``/tokenize``, :class:`agentcache.engine.LlamaCppCache`; asks for ``logprobs`` on
+    OpenAI Chat to learn the generated token ids)."""
 
     endpoint: str
     api: str = "openai"
@@ -63,6 +67,7 @@ class ReplayConfig:
     timeout: float = 600.0
     vocab_size: int | None = None
     label: str = ""
+    predict: bool = True
 
     @property
     def base_url(self) -> str:
@@ -131,6 +136,9 @@ class _Session:
             body["stream"] = True
             if cfg.target == "openai.chat":
                 body["stream_options"] = {"include_usage": True}
+                if run.engine_model is not None and not body.get("tools"):
+                    # the generated token ids, which stay in the slot (llama.cpp: not with tools + stream)
+                    body["logprobs"] = True
         if slot is not None:
             body["id_slot"] = slot
         return body, turn
@@ -148,7 +156,9 @@ class _Session:
                         result.error = f"cannot build the request: {type(exc).__name__}: {exc}"
                         run.done(result)
                         continue
+                    prediction = await run.predict(body, slot, result)
                     await send_turn(run.client, run.config.target, body, result, headers=run.headers, clock_zero=run.t0)
+                    await run.observe(prediction, result)
                     if turn is not None:
                         if result.ok:
                             turn.succeed(result.usage)
@@ -172,7 +182,13 @@ def annotate_only(run: _Run, body: dict[str, Any], session: Session) -> dict[str
 class _Run:
     """State shared by the sessions of one replay."""
 
-    def __init__(self, config: ReplayConfig, client: httpx.AsyncClient, on_turn: Callable[[TurnResult], None] | None):
+    def __init__(
+        self,
+        config: ReplayConfig,
+        client: httpx.AsyncClient,
+        on_turn: Callable[[TurnResult], None] | None,
+        engine_model: LlamaCppCache | None = None,
+    ):
         self.config = config
         self.client = client
         self.on_turn = on_turn
@@ -186,6 +202,8 @@ class _Run:
         self.base_url = config.base_url
         self.sessions: Sessions | None = None
         self.sinks: list[SGLangSink] = []
+        self.engine_model: LlamaCppCache | None = engine_model
+        self.renderer: LlamaServerRenderer | None = None
 
     def _headers(self) -> dict[str, str]:
         cfg = self.config
@@ -211,10 +229,47 @@ class _Run:
             settings = get_settings()
             target = resolve_target(wire, setting=settings.target, detected=engine)
             self.sessions = Sessions(provider=target, settings=settings, sinks=list(self.sinks), idle_timeout=None)
+        if self.kind == "llama.cpp" and self.config.predict and self.config.target != "sglang.generate":
+            self.renderer = LlamaServerRenderer(client=self.client)
+            if self.engine_model is None:  # the server's defaults, with --parallel given (no unified KV)
+                self.engine_model = LlamaCppCache(slots=slots or 1)
+        else:
+            self.engine_model = None
         if self.config.pinned and self.kind == "llama.cpp":
             self.slots = asyncio.Queue()
             for slot in range(slots or max(1, self.config.concurrency)):
                 self.slots.put_nowait(slot)
+
+    async def predict(self, body: dict[str, Any], slot: int | None, result: TurnResult) -> LlamaPrediction | None:
+        """The engine model's prediction for ``body`` (sent to ``slot`` when pinned), into ``result``; None
+        when not predicting or the rendering failed (logged; the request goes anyway)."""
+        if self.engine_model is None or self.renderer is None:
+            return None
+        try:
+            ids = await self.renderer.render(self.config.target, body)
+        except Exception:  # fail open: no predictions for this run (the endpoint cannot render), requests go on
+            log.warning("replay.render_failed", session=result.session, turn=result.turn, exc_info=True)
+            self.engine_model = self.renderer = None
+            return None
+        prediction = self.engine_model.begin(ids, slot)
+        result.predicted_cached_tokens = prediction.cached_tokens if prediction.slot is not None else None
+        result.predicted_slot = prediction.slot
+        return prediction
+
+    async def observe(self, prediction: LlamaPrediction | None, result: TurnResult) -> None:
+        """Tell the engine model what the response generated (its slot keeps those tokens)."""
+        if prediction is None or self.engine_model is None or prediction.slot is None:
+            return
+        if not result.ok and result.status is not None and 400 <= result.status < 500:
+            self.engine_model.reject(prediction)  # refused before a slot was taken
+            return
+        ids = list(result.generated_ids)
+        if not ids and result.generated_text and self.renderer is not None:
+            try:
+                ids = await self.renderer.tokenize(result.generated_text)
+            except Exception:
+                log.warning("replay.tokenize_failed", session=result.session, exc_info=True)
+        self.engine_model.end(prediction.slot, ids, result.output_tokens if result.ok else 0)
 
     async def _post(self, path: str, doc: dict[str, Any]) -> int:
         response = await self.client.post(path, json=doc, headers=self.headers)
@@ -236,8 +291,12 @@ async def run_replay(
     *,
     on_turn: Callable[[TurnResult], None] | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    engine_model: LlamaCppCache | None = None,
 ) -> ReplayResult:
-    """Replay ``records`` per ``config``; ``on_turn`` is called after each request; ``transport``: for tests."""
+    """Replay ``records`` per ``config``; ``on_turn`` is called after each request; ``transport``: for tests;
+    ``engine_model``: the llama.cpp cache model to predict with, for a server started with other settings
+    than the defaults (``--kv-unified``, ``--slot-prompt-similarity``, ``--cache-ram 0``); its state is the
+    server's at the start (a fresh model: empty slots)."""
     groups = group_sessions(records, config.max_sessions, config.max_turns)
     timeout = httpx.Timeout(config.timeout, connect=30.0)
     # Expire idle connections before servers do (llama.cpp's HTTP server closes them after 5 s).
@@ -245,7 +304,7 @@ async def run_replay(
     async with httpx.AsyncClient(
         base_url=config.base_url, timeout=timeout, limits=limits, trust_env=False, transport=transport
     ) as client:
-        run = _Run(config, client, on_turn)
+        run = _Run(config, client, on_turn, engine_model)
         await run.prepare()
         run.t0 = time.perf_counter()
         await asyncio.gather(*(_Session(run, group).play() for group in groups))

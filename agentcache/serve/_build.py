@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from .._engines.llama import LlamaOptions, llama_server_argv, llama_server_binary
+from .._engines.llama._template import choose_template
 from ._plan import DEFAULT_MOONCAKE_PORT, LOOPBACK, ProcessSpec, ReadyCheck, ServeOptions, ServePlan
 from ._sglang import (
     LMCACHE_PORT,
@@ -62,7 +63,9 @@ def llama_options(options: ServeOptions) -> LlamaOptions:
     is N times that) in separate KV sequences (``--no-kv-unified``), so sessions do not evict each other's KV;
     the client pins a session to a slot with the request field ``id_slot`` (``agentcache replay --via
     agentcache`` does). ``--metrics`` on. ``--l2 SIZE_GB`` sizes the host-memory prompt cache (``--cache-ram``,
-    in MiB); ``--no-prefix-cache`` turns both prompt caches off. ``extra_args`` come last.
+    in MiB); ``--no-prefix-cache`` turns both prompt caches off. The chat template renders the tools
+    (:func:`agentcache._engines.llama._template.choose_template`: the tools-first template for SmolLM2, the
+    model's own otherwise, the user's when ``extra_args`` choose one). ``extra_args`` come last.
     """
     slots = options.sessions
     cache_ram: int | None = None
@@ -70,6 +73,7 @@ def llama_options(options: ServeOptions) -> LlamaOptions:
         cache_ram = 0
     elif options.l2 is not None and options.l2.size_gb is not None:
         cache_ram = int(options.l2.size_gb * 1024)
+    template = choose_template(options.model, options.extra_args)
     return LlamaOptions(
         parallel=slots,
         ctx_size=slots * options.ctx_per_session,
@@ -77,6 +81,7 @@ def llama_options(options: ServeOptions) -> LlamaOptions:
         metrics=True,
         cache_prompt=options.prefix_cache,
         cache_ram_mib=cache_ram,
+        chat_template_file=template.path,
         extra_args=tuple(options.extra_args),
     )
 
@@ -128,6 +133,8 @@ def build_plan(options: ServeOptions, tools: Toolchain | None = None) -> ServePl
             binary = tools.llama_server if tools.llama_server is not None else llama_server_binary()
             argv = llama_server_argv(binary, options.model, port, llama_options(options), host=LOOPBACK)
             env = {}
+            if i == 0:
+                notes.append(choose_template(options.model, options.extra_args).note)
         processes.append(
             ProcessSpec(f"engine-{i}", "engine", tuple(argv), env, ReadyCheck("http", LOOPBACK, port), stage=1)
         )

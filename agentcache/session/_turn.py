@@ -23,9 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..analysis._diagnose import diagnose
 from ..model._canonical import CanonicalRequest, common_prefix
-from ..model._fields import PrefixIdentity, ReuseBoundary, SessionSignal, TurnReport
+from ..model._fields import (
+    BYTES_ESTIMATE,
+    ENGINE_TOKENIZER,
+    PROVIDER_TOKENIZER,
+    TIKTOKEN_ESTIMATE,
+    PrefixIdentity,
+    ReuseBoundary,
+    SessionSignal,
+    TurnReport,
+)
 from ..model._provider import ProviderDiagnosis, ProviderMiss, compare
-from ..model._types import Api
+from ..model._tokens import default_counter
+from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ._identity import NO_CHECKPOINTS, Checkpoints
 
@@ -111,16 +121,23 @@ def build_report(turn: Turn, usage: CacheUsage | None, duration: float | None) -
     prep = turn.prepared
     planned, before, div = prep.planned, prep.before, prep.divergence
     matched = common_prefix(before, planned) if before is not None else 0
-    boundary = ReuseBoundary(
-        matched,
-        planned.tokens_before(matched),
-        usage.cache_read_tokens if usage is not None else None,
-        div.cause if div is not None else None,
-        div.first_divergent if div is not None else None,
-        div.tokens_lost if div is not None else 0,
-    )
+    matched_tokens = planned.tokens_before(matched)
     target = turn.session.target
     assert target is not None  # set when the turn was prepared
+    reported = usage.cache_read_tokens if usage is not None else None
+    cause = div.cause if div is not None else None
+    boundary = ReuseBoundary(
+        matched,
+        matched_tokens,
+        reported,
+        cause,
+        div.first_divergent if div is not None else None,
+        max(0, before.tokens - matched_tokens) if before is not None and div is not None else 0,
+        div.tokens_lost if div is not None else 0,
+        cause is not None and cause in prep.repairs,
+        TIKTOKEN_ESTIMATE if default_counter().exact else BYTES_ESTIMATE,
+        None if reported is None else ENGINE_TOKENIZER if target.kind == TargetKind.ENGINE else PROVIDER_TOKENIZER,
+    )
     return TurnReport(
         turn.api,
         planned.model,
