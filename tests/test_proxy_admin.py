@@ -103,6 +103,9 @@ TURN_FAMILIES = {
     "agentcache_misses",
     "agentcache_saved_usd",
     "agentcache_provider_miss_reasons",
+    "agentcache_coalesce_held_requests",  # the coalescer's (issue 14), fed through the same sink in every door
+    "agentcache_coalesce_hold_seconds",
+    "agentcache_coalesce_saved_write_tokens",
 }
 
 
