@@ -166,14 +166,22 @@ def test_settings_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("AGENTCACHE_MARKERS", "merge")
     s = load_settings(cfg)
     assert (s.markers, s.ttl_policy) == ("merge", "1h")  # environment beats the file
-    with pytest.raises(ConfigError) as bad:
+    with pytest.raises(ConfigError) as bad:  # the message names where the bad value came from
         load_settings(cfg, ttl_policy="2h")
-    assert str(bad.value) == (
-        f"invalid setting ttl_policy (AGENTCACHE_TTL_POLICY or ttl_policy in {cfg}): '2h': "
-        "Input should be 'auto', '5m' or '1h'"
+    assert (
+        str(bad.value) == "invalid setting ttl_policy='2h' (argument ttl_policy): Input should be 'auto', '5m' or '1h'"
     )
+    cfg.write_text('[agentcache]\nttl_policy = "2h"\n')
+    with pytest.raises(ConfigError) as bad:
+        load_settings(cfg)
+    assert (
+        str(bad.value) == f"invalid setting ttl_policy='2h' (ttl_policy in {cfg}): Input should be 'auto', '5m' or '1h'"
+    )
+    cfg.write_text('[agentcache]\nmarkers = "own"\nttl_policy = "1h"\n')
     monkeypatch.setenv("AGENTCACHE_OPENAI_RPM_PER_KEY", "-1")
-    with pytest.raises(ConfigError, match=r"^invalid setting openai_rpm_per_key \(AGENTCACHE_OPENAI_RPM_PER_KEY\)"):
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting openai_rpm_per_key='-1' \(AGENTCACHE_OPENAI_RPM_PER_KEY\)"
+    ):
         load_settings()
     monkeypatch.delenv("AGENTCACHE_OPENAI_RPM_PER_KEY")
     cfg.write_text("not toml [")
