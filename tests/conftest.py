@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(f"{len(reports)} skipped: " + "; ".join(f"{n} {r}" for n, r in grouped[:1]))
     for n, reason in grouped[1:]:
         terminalreporter.write_line(f"  {n} {reason}")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_logging() -> Iterator[None]:
+    """Undo any ``configure_logging`` a test's CLI run did (``proxy``/``serve`` log at info): a handler left at
+    info would make later tests' session events pile up in pytest's log capture."""
+    yield
+    from agentcache._logging import reset_logging
+
+    reset_logging()

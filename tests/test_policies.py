@@ -166,9 +166,8 @@ def test_settings_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("AGENTCACHE_MARKERS", "merge")
     s = load_settings(cfg)
     assert (s.markers, s.ttl_policy) == ("merge", "1h")  # environment beats the file
-    with pytest.raises(ConfigError) as bad:
+    with pytest.raises(ConfigError) as bad:  # the message names where the bad value came from
         load_settings(cfg, ttl_policy="2h")
-    # the error names where the bad value came from: an argument, the file, the environment
     assert (
         str(bad.value) == "invalid setting ttl_policy='2h' (argument ttl_policy): Input should be 'auto', '5m' or '1h'"
     )
@@ -178,6 +177,7 @@ def test_settings_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert (
         str(bad.value) == f"invalid setting ttl_policy='2h' (ttl_policy in {cfg}): Input should be 'auto', '5m' or '1h'"
     )
+    cfg.write_text('[agentcache]\nmarkers = "own"\nttl_policy = "1h"\n')
     monkeypatch.setenv("AGENTCACHE_OPENAI_RPM_PER_KEY", "-1")
     with pytest.raises(
         ConfigError, match=r"^invalid setting openai_rpm_per_key='-1' \(AGENTCACHE_OPENAI_RPM_PER_KEY\)"
