@@ -137,7 +137,8 @@ def via_proxy(records: list[Record], upstream: str, engine: str = "none") -> tup
             )
             for e in lines
         ]
-        bodies = [s.json() for s in fake.requests if s.method == "POST"]
+        # the forwarded requests (in front of llama.cpp the live report's engine arm also posts /apply-template)
+        bodies = [s.json() for s in fake.requests if s.method == "POST" and s.path.startswith("/v1/")]
         return bodies, reports
 
     return asyncio.run(run())

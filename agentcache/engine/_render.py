@@ -60,18 +60,25 @@ class LlamaServerRenderer:
         self._own = client is None
         self.client = client or httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False)
 
-    async def _tokens(self, text: str, add_special: bool) -> list[int]:
-        response = await self.client.post(
-            "/tokenize", json={"content": text, "add_special": add_special, "parse_special": True}
-        )
+    async def _post(self, path: str, doc: dict[str, Any]) -> Any:
+        for attempt in range(2):
+            try:
+                response = await self.client.post(path, json=doc)
+                break
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                # a pooled keep-alive connection llama-server had just closed (it closes them after 5 s idle)
+                if attempt:
+                    raise
         response.raise_for_status()
-        return [int(t) for t in response.json()["tokens"]]
+        return response.json()
+
+    async def _tokens(self, text: str, add_special: bool) -> list[int]:
+        doc = await self._post("/tokenize", {"content": text, "add_special": add_special, "parse_special": True})
+        return [int(t) for t in doc["tokens"]]
 
     async def prompt(self, api: str, body: Mapping[str, Any]) -> str:
         """The prompt text the server's chat template makes of ``body``."""
-        response = await self.client.post("/apply-template", json=chat_body(api, body))
-        response.raise_for_status()
-        return str(response.json()["prompt"])
+        return str((await self._post("/apply-template", chat_body(api, body)))["prompt"])
 
     async def render(self, api: str, body: Mapping[str, Any]) -> list[int]:
         return await self._tokens(await self.prompt(api, body), True)

@@ -247,9 +247,12 @@ class _Run:
             return None
         try:
             ids = await self.renderer.render(self.config.target, body)
-        except Exception:  # fail open: no predictions for this run (the endpoint cannot render), requests go on
-            log.warning("replay.render_failed", session=result.session, turn=result.turn, exc_info=True)
+        except httpx.HTTPStatusError as exc:  # the endpoint cannot render: no predictions for this run
+            log.warning("replay.render_unavailable", status=exc.response.status_code, path=exc.request.url.path)
             self.engine_model = self.renderer = None
+            return None
+        except Exception:  # fail open: no prediction for this turn, the request goes on
+            log.warning("replay.render_failed", session=result.session, turn=result.turn, exc_info=True)
             return None
         prediction = self.engine_model.begin(ids, slot)
         result.predicted_cached_tokens = prediction.cached_tokens if prediction.slot is not None else None
