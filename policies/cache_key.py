@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 #: measured with a ``sys.getsizeof`` walk over 1,500 one-request families on CPython 3.11, rounded up.
 FAMILY_BYTES = 1000
 
+#: Seconds of a young family's requests its rate is extrapolated over, at least (see ``KeyPlanner._needed``).
+RATE_FLOOR = 10.0
+
 
 def jump_hash(key: int, buckets: int) -> int:
     """Jump consistent hash of a 64-bit ``key`` into ``[0, buckets)``."""
@@ -56,6 +59,13 @@ class KeyPlanner:
     def _needed(self, family: str, now: float, extra: int) -> int:
         window = self._times.get(family)
         recent = len(window) - bisect.bisect_left(window, now - 60.0) if window else 0
+        # A family younger than the minute would count only part of its rate: a burst of new sessions would all
+        # get one shard's key and keep it (a key is a lineage's for good), overflowing it. Its rate so far is
+        # extrapolated to the minute, over at least RATE_FLOOR seconds (two quick requests of one agent are no
+        # burst).
+        span = now - window[0] if window else 0.0
+        if span < 60.0:
+            recent = math.ceil((recent + extra) * 60.0 / max(span, RATE_FLOOR)) - extra
         return max(self._shards.get(family, 1), math.ceil((recent + extra) / self.rpm_per_key))
 
     def key(self, family: str, lineage: str, now: float | None) -> str:

@@ -72,7 +72,13 @@ def test_key_planner_shards_above_the_rate_and_keeps_lineages() -> None:
     for i in range(60):
         kp.key("fam", f"l{i}", 2.0 + i * 0.5)
         kp.record("fam", 2.0 + i * 0.5)  # 60 requests in 30 s
-    assert kp.shards("fam") == 5  # 62 requests within 60 s at 15 per key
+    # 62 requests in the family's first 31.5 s: a rate of ~118/min (extrapolated to the minute), 15 per key
+    assert kp.shards("fam") == 8
+    # a young family's rate is extrapolated over at least RATE_FLOOR seconds: two quick requests are no burst
+    quick = KeyPlanner(rpm_per_key=15)
+    quick.record("f", 0.0)
+    quick.record("f", 1.0)
+    assert quick.shards("f") == 1
     assert len({kp.key("fam", f"l{i}", 40.0) for i in range(40)}) > 1
 
 
@@ -80,7 +86,7 @@ def test_key_planner_forgets_the_least_recently_used_families() -> None:
     kp = KeyPlanner(rpm_per_key=1, max_families=3)
     for t in range(3):
         kp.record("busy", float(t))
-    assert kp.shards("busy") == 3
+    assert kp.shards("busy") == 18  # 3 requests in a young family's first 10 s: 18/min at 1 per key
     for i in range(10):  # a timestamp in the system prompt: a new family on every request
         kp.record(f"f{i}", 10.0)
     assert len(kp._times) == 3 and kp.shards("busy") == 1  # bounded; a forgotten family starts over
