@@ -11,11 +11,11 @@ Renderers (``Record -> Prompt``):
   estimates, :mod:`agentcache.model._tokens`). Block ``b`` of ``n`` tokens becomes ``n`` ids derived from its
   digest, so reuse is exact at block granularity and estimated in count: the model's own tokenizer and chat
   template are not applied.
-* :class:`ServerRenderer`: a llama-server's own chat template and tokenizer (``POST /apply-template`` then
-  ``POST /tokenize``, llama.cpp ``tools/server/README.md``): token-exact for that model. The request goes as
-  OpenAI Chat (``agentcache.replay._convert.convert``), as ``agentcache replay`` sends it.
+* :class:`ServerRenderer`: the engine model's token renderer (:mod:`agentcache.engine`: a llama-server's own
+  chat template and tokenizer through ``/apply-template`` + ``/tokenize``, or a local model directory):
+  token-exact for that model.
 
-Any ``Callable[[Record], Prompt]`` can be given instead (the engine model's renderer, when it lands).
+Any ``Callable[[Record], Prompt]`` can be given instead.
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._exceptions import InputError
 from ..loaders import Record
 from ..model._build import BlockCache
 from ..model._tokens import TokenCounter, default_counter
+
+if TYPE_CHECKING:
+    from ..engine import TokenRenderer
 
 __all__ = ["BlockRenderer", "Prompt", "Renderer", "ServerRenderer", "ids_prompt", "shared_prefix"]
 
@@ -119,51 +122,42 @@ class BlockRenderer:
 
 
 class ServerRenderer:
-    """A llama-server's chat template and tokenizer (see the module docstring).
-
-    ``url``: the server's base URL; ``timeout`` seconds per call. Raises InputError when the server refuses a
-    request or answers something else than the documented shapes (``{"prompt": str}``, ``{"tokens": [int]}``).
+    """Token-exact prompts from the engine model's renderer (:mod:`agentcache.engine`): a llama-server's own chat
+    template and tokenizer at ``url`` (:class:`~agentcache.engine.LlamaServerRenderer`), or any
+    :class:`~agentcache.engine.TokenRenderer` given as ``renderer`` (a local model directory:
+    :class:`~agentcache.engine.LocalRenderer`). The planner is synchronous, so the renderer's calls run on one
+    private event loop. ``timeout`` seconds per server call. Raises InputError (naming the record) when the
+    server cannot be reached, refuses a request, or the body cannot be converted to OpenAI Chat.
     """
 
-    def __init__(self, url: str, timeout: float = 60.0) -> None:
-        import httpx
+    def __init__(self, url: str = "", timeout: float = 60.0, *, renderer: TokenRenderer | None = None) -> None:
+        import asyncio
+
+        from ..engine import LlamaServerRenderer
 
         self.url = url.rstrip("/")
-        self.name = f"the model's chat template and tokenizer, from {self.url} (/apply-template, /tokenize)"
-        self._client = httpx.Client(base_url=self.url, timeout=timeout)
+        self._loop = asyncio.new_event_loop()
+        self._renderer = renderer or LlamaServerRenderer(self.url, timeout=timeout)
+        where = f"from {self.url} (/apply-template, /tokenize)" if renderer is None else type(renderer).__name__
+        self.name = f"the model's chat template and tokenizer, {where}"
 
     def __call__(self, record: Record) -> Prompt:
-        from ..replay._convert import convert
-
-        chat = convert(record.api, record.body, "openai.chat")
-        body = {k: v for k, v in chat.items() if k in ("messages", "tools", "tool_choice")}
-        prompt = self._post("/apply-template", body, record).get("prompt")
-        if not isinstance(prompt, str):
-            raise InputError("/apply-template answered without a prompt", source=record.source, record=record.index)
-        tokens = self._post("/tokenize", {"content": prompt, "add_special": True}, record).get("tokens")
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise InputError("/tokenize answered without token ids", source=record.source, record=record.index)
-        return Prompt(ids=array("q", tokens))
-
-    def _post(self, path: str, body: dict[str, Any], record: Record) -> dict[str, Any]:
         import httpx
 
         try:
-            resp = self._client.post(path, json=body)
-        except httpx.HTTPError as exc:
-            raise InputError(f"{self.url}{path}: {exc}", source=record.source, record=record.index) from None
-        if resp.status_code != 200:
+            tokens = self._loop.run_until_complete(self._renderer.render(record.api, record.body))
+        except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
             raise InputError(
-                f"{self.url}{path} answered {resp.status_code}: {resp.text[:200]}",
-                source=record.source,
-                record=record.index,
-            )
-        out: dict[str, Any] = resp.json()
-        return out
+                f"{self.url or 'renderer'}: {type(exc).__name__}: {exc}", source=record.source, record=record.index
+            ) from None
+        return Prompt(ids=array("q", tokens))
 
     def close(self) -> None:
-        """Close the HTTP client."""
-        self._client.close()
+        """Close the renderer's HTTP client and the private event loop."""
+        aclose = getattr(self._renderer, "aclose", None)
+        if aclose is not None:
+            self._loop.run_until_complete(aclose())
+        self._loop.close()
 
 
 def ids_prompt(ids: Sequence[int]) -> Prompt:
