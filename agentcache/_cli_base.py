@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from enum import Enum
 from typing import Any
 
 import typer
@@ -19,6 +20,7 @@ from typer.core import TyperGroup, TyperOption
 
 from ._cli_errors import EXIT_BAD_INPUT, fail
 from ._exceptions import ConfigError
+from .loaders import FORMATS
 from .model._types import Engine, engine_aliases, parse_engine
 
 try:  # typer >= 0.24 carries its own copy of click
@@ -26,7 +28,10 @@ try:  # typer >= 0.24 carries its own copy of click
 except ImportError:  # pragma: no cover - older typer on click
     from click.exceptions import UsageError  # type: ignore[assignment]
 
-__all__ = ["Group", "engine_metavar", "engine_option"]
+__all__ = ["FormatChoice", "Group", "engine_metavar", "engine_option"]
+
+#: Values of ``--format``: the loaders' input formats.
+FormatChoice = Enum("FormatChoice", {f.replace("-", "_"): f for f in FORMATS}, type=str)  # type: ignore[misc]
 
 
 class _Switch(TyperOption):
