@@ -33,6 +33,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..model._build import shared_run
+
 __all__ = ["LlamaCppCache", "LlamaPrediction", "common_prefix"]
 
 #: ``llama-server --slot-prompt-similarity`` default (``common/common.h``: ``slot_prompt_similarity = 0.1f``).
@@ -46,17 +48,7 @@ KEEP_LOAD_MIN = 0.25
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token-id sequences (``server_tokens::get_common_prefix``)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # binary search on equal prefixes: slices compare in C
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    return shared_run(a, b)
 
 
 @dataclass(slots=True)

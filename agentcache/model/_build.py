@@ -15,7 +15,7 @@ from ._rawjson import NestingTooDeep, RawBody, has_duplicates
 from ._rawjson import encode as _encode
 from ._tokens import TokenCounter, default_counter
 
-__all__ = ["BlockCache", "Builder", "chain_of", "rebuild"]
+__all__ = ["BlockCache", "Builder", "chain_of", "rebuild", "shared_run"]
 
 
 class BlockCache:
@@ -273,8 +273,9 @@ def _encoded(value: Any, where: str) -> str:
         raise NestingTooDeep(f"{where} is nested too deeply") from None
 
 
-def _shared(a: tuple[bytes, ...], b: tuple[bytes, ...]) -> int:
-    """Length of the common prefix of two digest tuples (binary search on C-level slice comparisons)."""
+def shared_run(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Length of the common prefix of two sequences (digest tuples, token-id lists or arrays): a binary search on
+    slice comparisons, which run in C. The one longest-common-prefix of the process."""
     lo, hi = 0, min(len(a), len(b))
     if a[:hi] == b[:hi]:
         return hi
@@ -296,7 +297,7 @@ def chain_of(
     ds = digests if digests is not None else tuple(b.digest for b in blocks)
     start, best = 0, None
     for ref in refs:
-        k = _shared(ds, ref.digests)
+        k = shared_run(ds, ref.digests)
         if k > start:
             start, best = k, ref
     chain = list(best.chain[:start]) if best is not None else []

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from .._exceptions import InputError
 from ..loaders import Record
-from ..model._build import BlockCache
+from ..model._build import BlockCache, shared_run
 from ..model._tokens import TokenCounter, default_counter
 
 if TYPE_CHECKING:
@@ -76,12 +76,7 @@ class Prompt:
 def shared_prefix(a: Prompt, b: Prompt) -> int:
     """Tokens at the start of ``a`` and ``b`` that are the same ids."""
     if a.ids is not None and b.ids is not None:
-        n = 0
-        for x, y in zip(a.ids, b.ids, strict=False):
-            if x != y:
-                break
-            n += 1
-        return n
+        return shared_run(a.ids, b.ids)
     n = 0
     for (fa, ca), (fb, cb) in zip(a.runs, b.runs, strict=False):
         if fa != fb:
