@@ -68,6 +68,9 @@ class Upstream:
                 lines = (h.partition(b":") for h in head.split(b"\r\n"))
                 length = next(int(v) for k, _, v in lines if k.lower() == b"content-length")
                 body = json.loads(await reader.readexactly(length))
+                if not head.startswith(b"POST /v1/"):  # the live report's engine arm (/apply-template): not served
+                    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                    continue
                 n += 1
                 self.connections += n == 1  # connections that carried a request
                 if n == self.drop:

@@ -160,7 +160,11 @@ def test_replay_of_a_real_taubench_session(served: Served) -> None:
     assert turns[2]["cached_tokens"] >= turns[1]["prompt_tokens"] - 16
     # serve renders SmolLM2's tools (the tools-first template): the 14 airline tools are in the prompt
     assert turns[0]["prompt_tokens"] > 3000, turns[0]  # ~1,400 with the model's own template
-    assert all(t["predicted_cached_tokens"] == t["cached_tokens"] for t in turns), turns
+    # the engine model predicts what llama.cpp reads (issue 13's bound: totals within 2%; turn by turn it is exact
+    # on a quiet machine, tests/test_engine_llama.py holds that on 36 turns)
+    pairs = [(t["predicted_cached_tokens"], t["cached_tokens"]) for t in turns]
+    predicted, cached = sum(p or 0 for p, _ in pairs), sum(c for _, c in pairs)
+    assert abs(predicted - cached) <= 0.02 * cached, pairs
 
 
 @pytest.mark.llama
