@@ -176,7 +176,9 @@ def audit_command(
             render_report(report, make_console())
         if html is not None:
             try:
-                html.write_text(render_html(report, [str(p) for p in paths]))
+                size = html.write_text(render_html(report, [str(p) for p in paths]))
+                if not json_output:  # stdout stays one JSON document with --json
+                    typer.echo(f"HTML report: {html} ({size / 1024:.0f} KB of text)")
             except OSError as exc:
                 errors.add(f"{html}: cannot write the HTML report: {exc.strerror or exc}")
     if errors.count or report is None:

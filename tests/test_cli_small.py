@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from rich.console import Console
 
@@ -97,3 +98,17 @@ def test_pytest_q_prints_the_skip_summary(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     at = lines.index("4 skipped: 3 need a GPU")
     assert lines[at + 1] == "  1 need SGLang"
+
+
+def test_proxy_warns_when_an_engine_is_declared_without_its_url(monkeypatch: Any, caplog: Any) -> None:
+    """``--engine llama.cpp`` without ``--upstream`` would send requests to Anthropic: the start says so."""
+    import uvicorn
+
+    from agentcache.proxy import load_proxy_config, serve
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    with caplog.at_level("WARNING", logger="agentcache"):
+        serve(load_proxy_config(engine="llama.cpp"))
+        serve(load_proxy_config(engine="llama.cpp", upstream="http://127.0.0.1:8080"))
+    warned = [r.getMessage() for r in caplog.records if "engine_without_upstream" in r.getMessage()]
+    assert len(warned) == 1 and "llama.cpp" in warned[0] and "--upstream" in warned[0]

@@ -133,6 +133,7 @@ def test_cli_writes_the_report_naming_its_inputs(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli.app, ["audit", str(a), str(b), "--html", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     page = out.read_text()
+    assert f"HTML report: {out} ({len(page) / 1024:.0f} KB of text)" in result.stdout  # the terminal says where
     (breaks,) = tables(page, "Prefix breaks by cause")
     assert {r[0] for r in breaks} == {"tools.reordered", "system.volatile"}
     header = page[: page.index("</header>")]

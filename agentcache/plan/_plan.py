@@ -206,7 +206,8 @@ def plan(records: Sequence[Record], options: PlanOptions, renderer: Renderer | N
         assumptions.append(
             f"cost model: prefill {c.prefill_tps:g} tokens/s, L2 fetch {c.l2_gbps:g} GB/s, L3 fetch {c.l3_gbps:g} "
             f"GB/s, {c.kv_bytes or 'unknown'} KV bytes/token, one engine in arrival order (all assumed unless "
-            "measured on the target GPU)"
+            "measured on the target GPU); done: requests whose first token comes before the last request arrives "
+            "(completed within the trace's span, so the last request never counts)"
         )
     return PlanReport(
         configs=configs,
@@ -248,7 +249,7 @@ def _recommend(configs: list[ConfigResult], options: PlanOptions, working: int) 
         reason = (
             f"L1 {l1:,} tokens holds the working set ({working:,})"
             if not flags and l1 >= working
-            else f"hit rate {pick.hit_rate:.1%} (best swept {best:.1%})"
+            else f"hit rate {pick.hit_rate:.1%}; best swept {best:.1%}"
         )
         command = " ".join(["agentcache", "serve", options.model, *flags])
         out.append({"l1_tokens": l1, "command": command, "hit_rate": round(pick.hit_rate, 6), "why": reason})

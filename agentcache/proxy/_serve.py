@@ -23,6 +23,14 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         log.warning("proxy.admin_disabled", host=config.host, reason="bound beyond loopback without an admin token")
     for name in unknown_env(os.environ):
         log.warning("proxy.unknown_env", name=name, hint="not a proxy option; pipeline settings are AGENTCACHE_<NAME>")
+    if config.engine != "none" and config.upstream_kind != "url":
+        # a local engine declared, but requests go to a cloud provider: almost surely a missing --upstream
+        log.warning(
+            "proxy.engine_without_upstream",
+            engine=config.engine,
+            upstream=config.upstream_url,
+            hint="give the engine's URL: --upstream http://127.0.0.1:8080",
+        )
     settings = settings or get_settings()
     app = create_app(config, settings=settings)
     log.info(
