@@ -85,6 +85,16 @@ class _Passthrough(Exception):
     """The call is not one the wrapper understands: send it unchanged."""
 
 
+def _prepare_failed(api: str, exc: Exception) -> None:
+    """Log why a request goes out unchanged: a :class:`_Passthrough` it is not for agentcache to plan, anything else
+    a failure of ours (fail open)."""
+    if isinstance(exc, _Passthrough):
+        log.debug("wrap.passthrough", api=api, reason=str(exc))
+        return
+    log.warning("wrap.failed_open", stage="prepare", api=api, error=type(exc).__name__)
+    log.debug("wrap.failed_open_detail", api=api, detail=repr(exc), exc_info=True)
+
+
 def _sdk_of(client: Any) -> str | None:
     """``anthropic`` or ``openai`` from the client's class hierarchy, else None."""
     for cls in type(client).__mro__:
@@ -275,11 +285,8 @@ class WrappedClient:
             if turn.prepared.headers:  # planned headers (provider diagnostics' beta header)
                 out["extra_headers"] = with_headers(side.get("extra_headers"), turn.prepared.headers)
             return _Plan(turn, (), out, bool(body.get("stream")), raw)
-        except _Passthrough as why:
-            log.debug("wrap.passthrough", api=api, reason=str(why))
-        except Exception as exc:  # fail open
-            log.warning("wrap.failed_open", stage="prepare", api=api, error=type(exc).__name__)
-            log.debug("wrap.failed_open_detail", api=api, detail=repr(exc), exc_info=True)
+        except Exception as exc:
+            _prepare_failed(api, exc)
         return None
 
     def _plan_post(self, method: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Plan | None:
@@ -300,11 +307,8 @@ class WrappedClient:
             if turn.prepared.headers and isinstance(options, Mapping):  # planned headers, as above
                 out["options"] = {**options, "headers": with_headers(options.get("headers"), turn.prepared.headers)}
             return _Plan(turn, args, out, stream, raw)
-        except _Passthrough as why:
-            log.debug("wrap.passthrough", api=api, reason=str(why))
-        except Exception as exc:  # fail open
-            log.warning("wrap.failed_open", stage="prepare", api=api, error=type(exc).__name__)
-            log.debug("wrap.failed_open_detail", api=api, detail=repr(exc), exc_info=True)
+        except Exception as exc:
+            _prepare_failed(api, exc)
         return None
 
     def _finish(self, plan: _Plan, name: str, result: Any, ticket: Ticket | None = None) -> Any:

@@ -157,9 +157,8 @@ def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
     for arm, m in totals.items():
         saved = "—"
         if arm not in ("as_sent", "reported") and base is not None:  # reported is the truth, not a strategy
-            diff = base.cost_usd - m.cost_usd
-            share = f" ({diff / base.cost_usd * 100:.1f}%)" if base.cost_usd else ""
-            saved = _usd(diff) + share
+            diff, share = m.saved_against(base)
+            saved = _usd(diff) + (f" ({share * 100:.1f}%)" if share is not None else "")
         table.add_row(
             arm,
             _int(m.prompt_tokens),
@@ -244,7 +243,7 @@ def _sessions_table(sessions: list[SessionReport], limit: int) -> Table:
     """The ``limit`` sessions with the largest as_sent − agentcache cost saving."""
 
     def saving(s: SessionReport) -> float:
-        return s.arms["as_sent"].cost_usd - s.arms["agentcache"].cost_usd
+        return s.arms["agentcache"].saved_against(s.arms["as_sent"])[0]
 
     top = sorted(sessions, key=saving, reverse=True)[:limit]
     table = _table(
