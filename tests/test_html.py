@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 from agentcache import _cli as cli
 from agentcache import audit
 from agentcache._exceptions import InputError
+from agentcache.analysis._groups import group_ttl
 from agentcache.analysis._html import render_html
 from agentcache.analysis._html_charts import MAX_COLUMNS, turn_columns
-from agentcache.analysis._html_view import ARM_HELP, group_ttl
+from agentcache.analysis._html_view import ARM_HELP
 from agentcache.analysis._render import render_report
 from agentcache.analysis._report import (
     ArmMetrics,

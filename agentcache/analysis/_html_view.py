@@ -13,12 +13,13 @@ the rest are summed in one row; misses, breaks and TTL decisions are grouped, wi
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._groups import MissGroup, TTLGroup, group_misses, group_ttl
 from ._html_charts import MAX_COLUMNS
-from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, TurnRecord, provider_summary
+from ._report import ArmMetrics, AuditReport, BreakRecord, SessionReport, TurnRecord, provider_summary
 
 __all__ = ["ARM_HELP", "COLUMN_BUDGET", "ReportView", "build_view"]
 
@@ -54,32 +55,6 @@ class ArmRow:
     metrics: ArmMetrics
     saved: float | None
     share: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class MissGroup:
-    """Misses of one ``arm`` for one ``cause``: how many, in how many sessions, the tokens lost, rejected
-    requests, the first and last request index (0-based, within their sessions) and the most frequent ``where``."""
-
-    cause: str
-    arm: str
-    count: int
-    sessions: int
-    tokens_lost: int
-    rejected: int
-    first: int
-    last: int
-    where: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class TTLGroup:
-    """Requests the TTL policy gave ``ttl``, in how many sessions, and the latest ``reason``."""
-
-    ttl: str
-    requests: int
-    sessions: int
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,44 +179,6 @@ def _detail_sessions(ranked: list[SessionReport], detail: int, arms: int) -> lis
 def _session_saving(s: SessionReport) -> float | None:
     base, ours = s.arms.get("as_sent"), s.arms.get("agentcache")
     return ours.saved_against(base)[0] if base is not None and ours is not None else None
-
-
-def group_misses(misses: Iterable[MissRecord]) -> list[MissGroup]:
-    """Misses grouped by (cause, arm), the most tokens lost first."""
-    groups: dict[tuple[str, str], list[MissRecord]] = defaultdict(list)
-    for m in misses:
-        groups[(m.cause, m.arm)].append(m)
-    out = []
-    for (cause, arm), items in groups.items():
-        where = Counter(m.where for m in items if m.where).most_common(1)
-        out.append(
-            MissGroup(
-                cause,
-                arm,
-                len(items),
-                len({m.session for m in items}),
-                sum(m.tokens_lost for m in items),
-                sum(m.rejected for m in items),
-                min(m.request for m in items),
-                max(m.request for m in items),
-                where[0][0] if where else None,
-            )
-        )
-    return sorted(out, key=lambda g: (-g.tokens_lost, -g.count, g.cause, g.arm))
-
-
-def group_ttl(turns: Iterable[TurnRecord]) -> list[TTLGroup]:
-    """Requests per chosen TTL (agentcache arm), with the latest reason; empty when no TTL was chosen."""
-    counts: Counter[str] = Counter()
-    sessions: dict[str, set[str]] = defaultdict(set)
-    reasons: dict[str, str] = {}
-    for t in turns:
-        ttl = getattr(t.prepared, "ttl", None)
-        if ttl is not None:
-            counts[ttl.ttl] += 1
-            sessions[ttl.ttl].add(t.session)
-            reasons[ttl.ttl] = ttl.reason
-    return [TTLGroup(k, counts[k], len(sessions[k]), reasons[k]) for k in sorted(counts)]
 
 
 def ttl_runs(turns: Sequence[TurnRecord]) -> list[TTLRun]:

@@ -18,6 +18,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ._groups import MissGroup, group_misses, group_ttl
 from ._report import (
     ARMS,
     ArmMetrics,
@@ -206,36 +207,25 @@ def _render_misses(misses: list[MissRecord], console: Console) -> None:
     if not misses:
         console.print("No cache misses.")
         return
-    groups: dict[tuple[str, str], list[MissRecord]] = defaultdict(list)
-    for m in misses:
-        groups[(m.arm, m.cause)].append(m)
     order = {arm: i for i, arm in enumerate(ARMS)}
     table = _table("Misses by arm and cause", ["arm", "cause", ">misses", ">tokens lost", ">rejected"])
 
-    def rank(kv: tuple[tuple[str, str], list[MissRecord]]) -> tuple[int, str, int, int]:
-        (arm, _), items = kv
-        return order.get(arm, len(order)), arm, -len(items), -sum(m.tokens_lost for m in items)
+    def rank(g: MissGroup) -> tuple[int, str, int, int]:
+        return order.get(g.arm, len(order)), g.arm, -g.count, -g.tokens_lost
 
-    for (arm, cause), items in sorted(groups.items(), key=rank):
-        table.add_row(
-            arm, cause, _int(len(items)), _int(sum(m.tokens_lost for m in items)), _int(sum(m.rejected for m in items))
-        )
+    for g in sorted(group_misses(misses), key=rank):
+        table.add_row(g.arm, g.cause, _int(g.count), _int(g.tokens_lost), _int(g.rejected))
     console.print(table)
 
 
 def _render_ttl(turns: list[TurnRecord], console: Console) -> None:
     """How the TTL policy chose (Anthropic only): requests per TTL with the latest reason for each."""
-    reasons: dict[str, tuple[int, str]] = {}
-    for t in turns:
-        ttl = getattr(t.prepared, "ttl", None)
-        if ttl is not None:
-            count, _ = reasons.get(ttl.ttl, (0, ""))
-            reasons[ttl.ttl] = (count + 1, ttl.reason)
-    if not reasons:
+    groups = group_ttl(turns)
+    if not groups:
         return
     table = _table("TTL choices (agentcache arm)", ["ttl", ">requests", "latest reason"])
-    for ttl, (count, reason) in sorted(reasons.items()):
-        table.add_row(ttl, _int(count), reason)
+    for g in groups:
+        table.add_row(g.ttl, _int(g.requests), g.reason)
     console.print(table)
 
 
