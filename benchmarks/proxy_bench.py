@@ -329,12 +329,20 @@ def _start(
 
 def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, float]]:
     """In-process cost (ms) of the proxy's per-request steps before the upstream call, on the same bodies:
-    parse with source texts, session-inference checkpoints, the pipeline's ``prepare``, the spliced upstream body,
+    parse with source texts (as the proxy does: guided by its memo of recent bodies, where the checkout has one),
+    session-inference checkpoints, the pipeline's ``prepare``, the spliced upstream body,
     ``commit``. Medians and means over every turn of ``sessions`` conversations (the first 10 warm up). Runs on
     this checkout's agentcache, or on an older one (``--baseline``: the same steps under their former names)."""
     try:
         from agentcache.model._rawjson import dumps_spliced, loads
         from agentcache.session import SessionPipeline, checkpoints_of
+
+        try:  # the proxy parses through its memo of recent bodies
+            from agentcache.model._parsememo import ParseMemo
+
+            loads = ParseMemo().loads  # type: ignore[assignment]
+        except ImportError:
+            pass
     except ImportError:  # an agentcache from before the session core (one run measures both side by side)
         from agentcache._pipeline import SessionPipeline  # type: ignore[no-redef]
         from agentcache._rawjson import dumps_spliced, loads  # type: ignore[no-redef]

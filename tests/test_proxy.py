@@ -297,3 +297,24 @@ def test_health_needs_no_token_and_is_not_relayed() -> None:
             assert (await client.get("/metrics")).status_code == 401  # the admin endpoints still need the token
 
     run(scenario())
+
+
+def test_turns_are_parsed_from_the_last_turns_parse_and_sent_the_same() -> None:
+    """The proxy parses each turn guided by the previous turn's parse (model/_parsememo); what goes upstream is
+    byte for byte what an unguided parse gives."""
+
+    async def scenario() -> list[list[bytes]]:
+        sent = []
+        for guided in (True, False):
+            async with proxy() as (client, state, fake):
+                state.parse_memo.smallest = 0 if guided else 1 << 60
+                for n in (1, 3, 5, 7):
+                    r = await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=HEADERS)
+                    assert r.status_code == 200
+                assert (state.parse_memo.guided, state.parse_memo.continued) == ((3, 3) if guided else (0, 0))
+                assert len(state.parse_memo) == (1 if guided else 0)
+                sent.append([req.body for req in fake.requests])
+        return sent
+
+    guided, plain = run(scenario())
+    assert guided == plain and len(guided) == 4

@@ -45,6 +45,7 @@ __all__ = [
     "encode_sorted",
     "has_duplicates",
     "loads",
+    "loads_text",
     "parse",
 ]
 
@@ -169,19 +170,50 @@ def has_duplicates(text: str) -> bool:
     return False
 
 
-@dataclass(slots=True)
+#: ``(value, source text)`` of one part of a parsed body.
+Part = tuple[Any, str]
+
+
+@dataclass(slots=True, eq=False)  # compared by identity (ParseMemo keeps them in lists)
 class RawBody:
     """The source text of a parsed body's parts: ``texts`` maps ``id(value)`` to ``(value, text)`` for
     every top-level value that is an object, an array or a string longer than 64 characters, and every element
-    of a top-level array that is an object or an array. ``duplicates``: the body repeats a top-level key."""
+    of a top-level array that is an object or an array. ``duplicates``: the body repeats a top-level key.
 
-    texts: dict[int, tuple[Any, str]] = field(default_factory=dict)
+    What a later parse follows (:func:`loads` with ``guide``): ``fields``, the ``(value, text)`` of each top-level
+    key that has a text, and ``starts``, where its value starts in the body's text; ``items``, per top-level array,
+    the ``(value, text)`` of each element (None for a scalar element), and ``offsets``, where each starts in the
+    array's text (from its opening bracket); ``size``, the length of the body's text in characters.
+    ``derived``: facts about a part computed once (``id(value) → (value, {name: fact})``, checked by identity),
+    carried into the next parse for every part it re-uses."""
+
+    texts: dict[int, Part] = field(default_factory=dict)
     duplicates: bool = False
+    fields: dict[str, Part] = field(default_factory=dict)
+    items: dict[str, list[Part | None]] = field(default_factory=dict)
+    size: int = 0
+    derived: dict[int, tuple[Any, dict[str, Any]]] = field(default_factory=dict)
+    offsets: dict[str, list[int]] = field(default_factory=dict)
+    starts: dict[str, int] = field(default_factory=dict)
 
     def text_of(self, value: Any) -> str | None:
         """The source text of ``value`` (found by identity), or None when it did not come from the body."""
         hit = self.texts.get(id(value))
         return hit[1] if hit is not None and hit[0] is value else None
+
+    def facts(self, value: Any) -> dict[str, Any] | None:
+        """The mutable facts of ``value``, a part of this body with a source text (found by identity; else None),
+        kept for as long as later parses re-use the part. Only facts that depend on the part's text alone belong
+        here."""
+        hit = self.derived.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        part = self.texts.get(id(value))
+        if part is None or part[0] is not value:
+            return None
+        out: dict[str, Any] = {}
+        self.derived[id(value)] = (value, out)
+        return out
 
 
 class _Malformed(Exception):
@@ -194,90 +226,181 @@ def _ws(s: str, i: int) -> int:
     return i
 
 
-def _array(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[list[Any], int]:
-    items: list[Any] = []
-    i = _ws(s, i + 1)
-    if s[i] == "]":
-        return items, i + 1
-    match = _WS.match
-    while True:
-        start = i
-        value, i = _scan(s, i)
-        items.append(value)
-        if isinstance(value, dict | list):
-            texts[id(value)] = (value, s[start:i])
-        c = s[i]
-        if c in _SPACE:  # inline: most bodies have no space here, or one
-            i = match(s, i).end()  # type: ignore[union-attr]
-            c = s[i]
-        if c == "]":
-            return items, i + 1
-        if c != ",":
-            raise _Malformed
-        i += 1
-        if s[i] in _SPACE:
-            i = match(s, i).end()  # type: ignore[union-attr]
+class _Parse:
+    """One parse of a body's text, following ``guide`` (the parse of an earlier body) where the texts agree: a
+    part whose text the guide holds at the same place (the same key; the same index of the same top-level array)
+    is taken whole, one string comparison instead of a scan. A complete JSON text starting at an offset is read
+    the same wherever it stands, so the result equals a parse without a guide."""
 
+    __slots__ = ("derived", "guide", "s", "texts")
 
-def _object(s: str, i: int, texts: dict[int, tuple[Any, str]]) -> tuple[dict[str, Any], int, bool]:
-    out: dict[str, Any] = {}
-    dup = False
-    i = _ws(s, i + 1)
-    if s[i] == "}":
-        return out, i + 1, dup
-    while True:
-        if s[i] != '"':
-            raise _Malformed
-        key, i = _scanstring(s, i + 1)
-        i = _ws(s, i)
-        if s[i] != ":":
-            raise _Malformed
-        start = i = _ws(s, i + 1)
-        if s[i] == "[":
-            value, i = _array(s, i, texts)
-        else:
-            value, i = _scan(s, i)
-        if isinstance(value, dict | list) or (isinstance(value, str) and i - start > 64):
-            texts[id(value)] = (value, s[start:i])  # long top-level strings too (a system prompt)
-        if key in out:
-            dup = True
-        out[key] = value
-        i = _ws(s, i)
-        c = s[i]
-        if c == "}":
-            return out, i + 1, dup
-        if c != ",":
-            raise _Malformed
+    def __init__(self, s: str, guide: RawBody | None) -> None:
+        self.s = s
+        self.guide = guide
+        self.texts: dict[int, Part] = {}
+        self.derived: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+    def reuse(self, part: Part) -> None:
+        value = part[0]
+        self.texts[id(value)] = part
+        guide = self.guide
+        if guide is not None and guide.derived:
+            facts = guide.derived.get(id(value))
+            if facts is not None and facts[0] is value:
+                self.derived[id(value)] = facts
+
+    def reuse_all(self, parts: list[Part]) -> None:
+        """:meth:`reuse` of every part of ``parts``."""
+        self.texts.update([(id(p[0]), p) for p in parts])
+        guide = self.guide
+        if guide is not None and guide.derived:
+            derived, into = guide.derived, self.derived
+            for p in parts:
+                facts = derived.get(id(p[0]))
+                if facts is not None and facts[0] is p[0]:
+                    into[id(p[0])] = facts
+
+    def array(self, i: int, key: str, whole: str | None) -> tuple[list[Any], int, list[Part | None], list[int]]:
+        """``(items, end, parts, offsets)`` of the array at ``i`` (``offsets``: where each element starts, from
+        the opening bracket); ``key``: its top-level key; ``whole``: the text the guide holds under that key."""
+        s, texts = self.s, self.texts
+        items: list[Any] = []
+        parts: list[Part | None] = []
+        offsets: list[int] = []
+        base = i
+        guide = self.guide.items.get(key) if self.guide is not None else None
         i = _ws(s, i + 1)
+        if s[i] == "]":
+            return items, i + 1, parts, offsets
+        n = 0
+        if guide and whole is not None and None not in guide and self.guide is not None:
+            # The guide's elements, all of them, as its text has them: one comparison for the whole run.
+            head = whole[:-1].rstrip()
+            if s.startswith(head, base):
+                j = _ws(s, base + len(head))
+                if s[j] == ",":
+                    parts = list(guide)
+                    items = [p[0] for p in parts]  # type: ignore[index]
+                    offsets = list(self.guide.offsets[key])
+                    self.reuse_all(parts)  # type: ignore[arg-type]
+                    n = len(parts)
+                    i = _ws(s, j + 1)
+        match = _WS.match
+        size = len(guide) if guide is not None else 0
+        startswith = s.startswith
+        while True:
+            start = i
+            g = guide[n] if n < size else None  # type: ignore[index]
+            if g is not None and startswith(g[1], i):
+                value = g[0]
+                i += len(g[1])
+                self.reuse(g)
+                part: Part | None = g
+            else:
+                value, i = _scan(s, i)
+                part = None
+                if isinstance(value, dict | list):
+                    part = (value, s[start:i])
+                    texts[id(value)] = part
+            items.append(value)
+            parts.append(part)
+            offsets.append(start - base)
+            n += 1
+            c = s[i]
+            if c in _SPACE:  # inline: most bodies have no space here, or one
+                i = match(s, i).end()  # type: ignore[union-attr]
+                c = s[i]
+            if c == "]":
+                return items, i + 1, parts, offsets
+            if c != ",":
+                raise _Malformed
+            i += 1
+            if s[i] in _SPACE:
+                i = match(s, i).end()  # type: ignore[union-attr]
+
+    def body(self, i: int) -> tuple[dict[str, Any], RawBody]:
+        """The top-level object at ``i`` (the whole text: nothing but space may follow) and its source texts."""
+        s, texts, guide = self.s, self.texts, self.guide
+        out: dict[str, Any] = {}
+        fields: dict[str, Part] = {}
+        arrays: dict[str, list[Part | None]] = {}
+        spans: dict[str, list[int]] = {}
+        starts: dict[str, int] = {}
+        dup = False
+        i = _ws(s, i + 1)
+        if s[i] != "}":
+            while True:
+                if s[i] != '"':
+                    raise _Malformed
+                key, i = _scanstring(s, i + 1)
+                i = _ws(s, i)
+                if s[i] != ":":
+                    raise _Malformed
+                start = i = _ws(s, i + 1)
+                g = guide.fields.get(key) if guide is not None else None
+                if g is not None and s.startswith(g[1], i):  # the same text as last time: the same value
+                    value = g[0]
+                    i += len(g[1])
+                    self.reuse(g)
+                    fields[key] = g
+                    gi = guide.items.get(key) if guide is not None else None
+                    if gi is not None and isinstance(value, list) and guide is not None:
+                        arrays[key] = gi
+                        spans[key] = guide.offsets[key]
+                        self.reuse_all([e for e in gi if e is not None])
+                    starts[key] = start
+                elif s[i] == "[":
+                    value, i, parts, spans[key] = self.array(i, key, g[1] if g is not None else None)
+                    fields[key] = texts[id(value)] = (value, s[start:i])
+                    arrays[key] = parts
+                    starts[key] = start
+                else:
+                    value, i = _scan(s, i)
+                    if isinstance(value, dict | list) or (isinstance(value, str) and i - start > 64):
+                        fields[key] = texts[id(value)] = (value, s[start:i])  # long strings too (a system prompt)
+                        starts[key] = start
+                if key in out:
+                    dup = True
+                out[key] = value
+                i = _ws(s, i)
+                c = s[i]
+                if c == "}":
+                    break
+                if c != ",":
+                    raise _Malformed
+                i = _ws(s, i + 1)
+        if _ws(s, i + 1) != len(s):
+            raise _Malformed
+        return out, RawBody(texts, dup, fields, arrays, len(s), self.derived, spans, starts)
 
 
-def loads(raw: bytes) -> tuple[Any, RawBody | None]:
+def loads(raw: bytes, guide: RawBody | None = None) -> tuple[Any, RawBody | None]:
     """``(value, texts)``: ``raw`` parsed as :func:`json.loads` parses it (but see the module docstring: numbers,
     NaN/Infinity), with the source texts of its parts when it is a UTF-8 JSON object (else ``texts`` is None).
-    Raises ``ValueError`` (``json.JSONDecodeError`` or ``UnicodeDecodeError``) where :func:`json.loads` would, and
+    ``guide``: the texts of an earlier body (:class:`ParseMemo` picks one), whose parts are re-used where this body
+    has the same text at the same place (the result is the same; only faster). Raises ``ValueError``
+    (``json.JSONDecodeError`` or ``UnicodeDecodeError``) where :func:`json.loads` would, and
     :class:`NestingTooDeep` (an InputError) for a body nested too deeply to read."""
-    try:
-        return _loads(raw)
-    except RecursionError:
-        raise NestingTooDeep("request body nested too deeply to read") from None
-
-
-def _loads(raw: bytes) -> tuple[Any, RawBody | None]:
     try:
         s = raw.decode("utf-8")
     except UnicodeDecodeError:
         return _fallback(raw), None  # UTF-16/32 bodies, or json's own error
-    i = _ws(s, 0)
-    if i >= len(s) or s[i] != "{":
-        return _fallback(raw), None
-    texts: dict[int, tuple[Any, str]] = {}
+    return loads_text(s, raw, guide)
+
+
+def loads_text(s: str, raw: bytes, guide: RawBody | None = None) -> tuple[Any, RawBody | None]:
+    """:func:`loads` of a body already decoded: ``s`` is ``raw`` as UTF-8 text."""
     try:
-        value, end, dup = _object(s, i, texts)
-        if _ws(s, end) != len(s):
-            raise _Malformed
-    except (_Malformed, StopIteration, IndexError, ValueError):
-        return _fallback(raw), None  # raises json's own error message; parses if we were too strict
-    return value, RawBody(texts, dup)
+        i = _ws(s, 0)
+        if i >= len(s) or s[i] != "{":
+            return _fallback(raw), None
+        try:
+            value, texts = _Parse(s, guide).body(i)
+        except (_Malformed, StopIteration, IndexError, ValueError):
+            return _fallback(raw), None  # raises json's own error message; parses if we were too strict
+        return value, texts
+    except RecursionError:
+        raise NestingTooDeep("request body nested too deeply to read") from None
 
 
 def _fallback(raw: bytes) -> Any:
@@ -286,16 +409,57 @@ def _fallback(raw: bytes) -> Any:
 
 def dumps_spliced(body: dict[str, Any], raw: RawBody | None) -> bytes:
     """``body`` as JSON bytes: values (and array elements) that came unchanged from the parsed request go out
-    as their source text, everything else compact-encoded. Equal to the compact encoding in meaning."""
+    as their source text, everything else compact-encoded. Equal to the compact encoding in meaning. A top-level
+    array keeps the client's text for the run of leading elements it still shares with the one the client sent;
+    an object without a text (a block agentcache marked) keeps the texts of its values."""
     if raw is None:
         return encode(body).encode()
     parts: list[str] = []
     for key, value in body.items():
         text = raw.text_of(value)
         if text is None:
-            if isinstance(value, list):
-                text = "[" + ",".join([raw.text_of(v) or encode(v) for v in value]) + "]"
-            else:
-                text = encode(value)
-        parts.append(f"{encode(key)}:{text}")
+            text = _list_text(raw, key, value) if isinstance(value, list) else _value_text(raw, value)
+        parts.append(f"{_key_text(key)}:{text}")
     return ("{" + ",".join(parts) + "}").encode()
+
+
+_KEYS: dict[str, str] = {}
+
+
+def _key_text(key: str) -> str:
+    text = _KEYS.get(key)
+    if text is None:
+        text = encode(key)
+        if len(_KEYS) < 1024 and len(key) <= 64:
+            _KEYS[key] = text
+    return text
+
+
+def _value_text(raw: RawBody, value: Any) -> str:
+    """The text of a value that has none of its own: an object's values with theirs, else encoded."""
+    if isinstance(value, dict):
+        text_of = raw.text_of
+        return "{" + ",".join([f"{_key_text(k)}:{text_of(v) or encode(v)}" for k, v in value.items()]) + "}"
+    return encode(value)
+
+
+def _list_text(raw: RawBody, key: str, value: list[Any]) -> str:
+    """The text of top-level array ``value`` under ``key``: the client's text up to the first element that is not
+    the one the client sent there, then the elements one by one."""
+    sent = raw.fields.get(key)
+    offsets = raw.offsets.get(key)
+    j = 0
+    head = "["
+    if sent is not None and offsets and isinstance(sent[0], list):
+        old = sent[0]
+        n = min(len(old), len(value))
+        while j < n and value[j] is old[j]:
+            j += 1
+        if j == len(old) and j:
+            head = sent[1][:-1].rstrip() + ","
+        elif j:
+            head = sent[1][: offsets[j]]
+    if j == len(value):
+        return head.rstrip().rstrip(",") + "]" if j else "[]"
+    text_of = raw.text_of
+    return head + ",".join([text_of(v) or _value_text(raw, v) for v in value[j:]]) + "]"

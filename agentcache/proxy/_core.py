@@ -25,7 +25,7 @@ from starlette.responses import Response
 from .._exceptions import InputError
 from .._log import get_logger
 from ..model._fields import TurnReport
-from ..model._rawjson import NestingTooDeep, dumps_spliced, loads
+from ..model._rawjson import NestingTooDeep, dumps_spliced
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
@@ -71,8 +71,9 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         return state.own_error(route, provider, style, 413, f"request body exceeds {limit} bytes")
     parsed: Any = None
     texts: Any = None
+    tenant = tenant_of(request.headers, state.config.tenant_salt)
     try:
-        parsed, texts = loads(raw)
+        parsed, texts = state.parse_memo.loads(raw, hint=tenant)
     except NestingTooDeep as exc:  # fail open: forwarded as sent, the upstream judges a body this deep
         log.info("proxy.unreadable_request", api=api, error=str(exc))
     except ValueError as exc:  # UnicodeDecodeError and InputError included
@@ -84,7 +85,6 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     now = time.time()
     turn: Turn | None = None
     content = raw
-    tenant = tenant_of(request.headers, state.config.tenant_salt)
     if isinstance(parsed, dict):
         try:
             identity = identity_of(wire, request.headers, body, tenant)

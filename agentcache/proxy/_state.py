@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from .._config import Settings, get_settings
 from .._log import get_logger
+from ..model._parsememo import ParseMemo
 from ..model._types import Api, Engine, parse_engine
 from ..model._usage import CacheUsage
 from ..session import MemoryStore, Session, Sessions, SGLangSink, StoreUnavailable
@@ -57,6 +58,8 @@ class ProxyState:
         self.report = LiveReport(
             self.metrics, config.simulate, config.report_max_sessions, config.report_max_records, max_chain=chain
         )
+        # Recent bodies' parses guide the next turn's (model/_parsememo): a sixteenth of the budget in characters.
+        self.parse_memo = ParseMemo(budget=config.max_state_mb * 1024 * 1024 // 16)
         self._transport = transport
         self._client: UpstreamClient | None = None
         self.declared: Target | None = None
@@ -103,9 +106,10 @@ class ProxyState:
         return MemoryStore(max_tombstones=c.max_tombstones, held=self._held_bytes, **limits)
 
     def _held_bytes(self) -> int:
-        """Estimated bytes of the live report and the key planners (counted in ``max_state_mb``)."""
+        """Estimated bytes of the live report, the key planners and the parse memo (counted in ``max_state_mb``)."""
         sessions = getattr(self, "sessions", None)  # None while the manager is being built
-        return self.report.estimated_bytes() + (sessions.planner_bytes() if sessions is not None else 0)
+        held = self.report.estimated_bytes() + self.parse_memo.estimated_bytes()
+        return held + (sessions.planner_bytes() if sessions is not None else 0)
 
     def target_for(self, api: Api) -> Target:
         """The target a new session whose first request speaks ``api`` plans for: the ``target`` setting, else

@@ -5,10 +5,13 @@ session of a request that names none.
 ``x-agentcache-parent``, a :class:`~agentcache.Session` object, a recorded session name) > what the client
 itself declares (:mod:`agentcache.session._clients`) > the OpenAI ``prompt_cache_key`` > inference > a new id.
 
-**Inference.** A request's :class:`Checkpoints` are the hash chain over its conversation (compact JSON, cache
-markers stripped, a one-text-block content list read as its string), one hash per message boundary, and the
-digest of its *prefix* (tools and system). The chain leaves tools, system and options out, so a reordered tool
-list, a changed date in the system prompt or a model switch still finds its session and is diagnosed as a break.
+**Inference.** A request's :class:`Checkpoints` are the hash chain (``h_k = H(h_{k-1} || d_k)``) over the digests
+of its conversation items (compact JSON, cache markers stripped, a one-text-block content list read as its
+string), one hash per message boundary, and the digest of its *prefix* (tools and system). An item's digest and
+chain link depend on its text and what precedes it alone, so they are computed once and follow the item into later
+turns' parses (:meth:`~agentcache.model._rawjson.RawBody.facts`). The chain leaves tools, system and options out,
+so a reordered tool list, a changed date in the system prompt or a model switch still finds its session and is
+diagnosed as a break.
 Each live inferred session indexes the last ``index_checkpoints`` checkpoints of its latest request, the deepest
 one marked as its *head*, plus that head keyed by its prefix digest. A request **continues** a session when its
 conversation strictly extends that session's last request (the client appended at least the answer): the
@@ -91,6 +94,10 @@ class Checkpoints:
         """Element ``k``: checkpoint ``k`` of a request with this prefix (the index keys a session's head so)."""
         return tuple(blake2b(self.prefix + c, digest_size=16).digest() for c in self.chain)
 
+    def key(self, k: int) -> bytes:
+        """``keyed()[k]`` alone."""
+        return blake2b(self.prefix + self.chain[k], digest_size=16).digest()
+
     def lookups(self) -> tuple[bytes, ...]:
         """Every hash :func:`match_checkpoints` may look up: the chain, then :meth:`keyed`."""
         return (*self.chain, *self.keyed())
@@ -138,6 +145,17 @@ def _plain(item: Any) -> str | None:
     return f"\x01{role}\x00{text}"
 
 
+def _item_digest(api: str, item: Any, raw: RawBody | None) -> bytes:
+    """The digest of one conversation item in the chain: of its role and text when it is only that (either form),
+    else of its source text (or encoding) with markers cut out."""
+    plain = _plain(item)
+    if plain is not None:  # a role and a text: hashed as such, whichever of the two forms the client sent
+        data = plain.encode("utf-8", "surrogatepass")
+    else:
+        data = item_text(api, item, raw.text_of(item) if raw is not None else None).encode()
+    return blake2b(data, digest_size=16).digest()
+
+
 def _prefix_units(api: str, body: Mapping[str, Any]) -> list[Any]:
     """The tools and system units of a wire body (what precedes the conversation)."""
     units: list[Any] = [body.get("tools")]
@@ -161,20 +179,32 @@ def checkpoints_of(
     out, instead of encoded again (a client writes an unchanged item the same way every turn). Raises InputError
     when the body has no conversation list."""
     out: list[bytes] = []
-    h = blake2b(api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16)
+    cur = blake2b(api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16).digest()
+    fact = "checkpoint:" + api
     for item in conversation_of(api, body):
-        plain = _plain(item)
-        if plain is not None:  # a role and a text: hashed as such, whichever of the two forms the client sent
-            h.update(plain.encode("utf-8", "surrogatepass"))
+        # (item digest, chain before, chain after): an item re-used from the last turn's parse, after the same
+        # chain, extends it the same way (the usual turn hashes only its new items).
+        facts = raw.facts(item) if raw is not None else None
+        hit = facts.get(fact) if facts is not None else None
+        if hit is not None and hit[1] == cur:
+            cur = hit[2]
         else:
-            h.update(item_text(api, item, raw.text_of(item) if raw is not None else None).encode())
-        h.update(b"\x00")
-        out.append(h.copy().digest())
+            d = hit[0] if hit is not None else _item_digest(api, item, raw)
+            nxt = blake2b(cur + d, digest_size=16).digest()
+            if facts is not None:
+                facts[fact] = (d, cur, nxt)
+            cur = nxt
+        out.append(cur)
     p = blake2b(digest_size=16)
     for unit in _prefix_units(api, body):
-        text = raw.text_of(unit) if raw is not None and unit is not None else None
-        p.update(item_text(api, unit, text).encode())
-        p.update(b"\x00")
+        facts = raw.facts(unit) if raw is not None and unit is not None else None
+        d = facts.get(fact) if facts is not None else None
+        if d is None:
+            text = raw.text_of(unit) if raw is not None and unit is not None else None
+            d = blake2b(item_text(api, unit, text).encode(), digest_size=16).digest()
+            if facts is not None:
+                facts[fact] = d
+        p.update(d)
     return Checkpoints(tuple(out), p.digest())
 
 
@@ -186,7 +216,7 @@ def index_entries(checkpoints: Checkpoints, keep: int) -> list[tuple[bytes, bool
         return []
     tail = list(chain[-keep:])
     entries = [(h, i == len(tail) - 1) for i, h in enumerate(tail)]
-    entries.append((Checkpoints(chain[-1:], checkpoints.prefix).keyed()[0], True))
+    entries.append((checkpoints.key(len(chain) - 1), True))
     return entries
 
 
@@ -198,9 +228,8 @@ def match_checkpoints(
     checkpoint; else None (a request equal to a session's last request does not continue it)."""
     chain = checkpoints.chain
     n = len(chain)
-    keyed = checkpoints.keyed()
-    for k in range(n - 1, 0, -1):
-        hit = lookup(keyed[k - 1])
+    for k in range(n - 1, 0, -1):  # keyed one by one: a continued session is found at one of the first few
+        hit = lookup(checkpoints.key(k - 1))
         if hit is not None and hit[1]:
             return hit[0]
     inner: str | None = None
