@@ -27,7 +27,8 @@ from .model._fields import LifecycleEvent, PrefixIdentity, ReuseBoundary, Sessio
 from .model._plan import WirePlan
 from .model._totals import UsageTotals
 from .model._types import Api, Engine, TargetKind
-from .model._usage import CacheUsage, UsageAccumulator, normalize_usage
+from .model._usage import CacheUsage, normalize_usage
+from .model._usage_stream import UsageAccumulator
 from .session import (
     AsyncSessionStore,
     Identity,

@@ -47,11 +47,11 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import date
 from typing import Any, TypeVar, cast
 
 from ._exceptions import ConfigError
 from ._log import get_logger
+from ._wrap_kwargs import Passthrough, sdk_of, send_kwargs, split_kwargs, wants_raw, wire_value
 from ._wrap_raw import tap_raw_response
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
 from .model._usage import normalize_usage
@@ -65,12 +65,6 @@ __all__ = ["WrappedClient", "default_sessions", "reset_default_sessions", "wrap"
 C = TypeVar("C")
 log = get_logger("agentcache.wrap")
 
-#: SDK keyword arguments that are not wire body fields: kept aside and passed back unchanged.
-SDK_ONLY = frozenset(
-    {"extra_headers", "extra_query", "extra_body", "timeout", "output_format", "text_format", "betas"}
-    | {"user_profile_id", "workspace_id"}
-)
-_RAW_HEADER = "x-stainless-raw-response"
 #: The SDK views whose methods return the raw HTTP response (``XWithRawResponse(resource)`` in both SDKs).
 _RAW_VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
 #: The low-level ``post`` paths that are an intercepted API, per SDK (litellm posts to them directly).
@@ -78,101 +72,16 @@ _POST_APIS = {
     "anthropic": {"/v1/messages": "anthropic.messages"},
     "openai": {"/chat/completions": "openai.chat", "/responses": "openai.responses"},
 }
-_MAX_DEPTH = 64
-
-
-class _Passthrough(Exception):
-    """The call is not one the wrapper understands: send it unchanged."""
 
 
 def _prepare_failed(api: str, exc: Exception) -> None:
-    """Log why a request goes out unchanged: a :class:`_Passthrough` it is not for agentcache to plan, anything else
+    """Log why a request goes out unchanged: a :class:`Passthrough` it is not for agentcache to plan, anything else
     a failure of ours (fail open)."""
-    if isinstance(exc, _Passthrough):
+    if isinstance(exc, Passthrough):
         log.debug("wrap.passthrough", api=api, reason=str(exc))
         return
     log.warning("wrap.failed_open", stage="prepare", api=api, error=type(exc).__name__)
     log.debug("wrap.failed_open_detail", api=api, detail=repr(exc), exc_info=True)
-
-
-def _sdk_of(client: Any) -> str | None:
-    """``anthropic`` or ``openai`` from the client's class hierarchy, else None."""
-    for cls in type(client).__mro__:
-        root = cls.__module__.split(".")[0]
-        if root in ("anthropic", "openai"):
-            return root
-    return None
-
-
-def _is_sentinel(value: Any) -> bool:
-    cls = type(value)
-    return cls.__name__ in ("NotGiven", "Omit") and cls.__module__.split(".")[0] in ("anthropic", "openai")
-
-
-def _wire(value: Any, depth: int = 0) -> Any:
-    """``value`` as the JSON value the SDK would send (models dumped as the SDK does); raises
-    _Passthrough for anything else (files, bytes, unknown objects)."""
-    if depth > _MAX_DEPTH:
-        raise _Passthrough("body nested too deep")
-    if value is None or isinstance(value, str | bool | int | float):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _wire(v, depth + 1) for k, v in value.items() if not _is_sentinel(v)}
-    if isinstance(value, list | tuple):
-        return [_wire(v, depth + 1) for v in value if not _is_sentinel(v)]
-    dump = getattr(value, "model_dump", None)
-    if callable(dump) and not isinstance(value, type):
-        exclude = getattr(value, "__api_exclude__", None)
-        return _wire(dump(exclude_unset=True, mode="json", by_alias=True, exclude=exclude), depth + 1)
-    if isinstance(value, date):
-        return value.isoformat()
-    raise _Passthrough(f"value of type {type(value).__name__} in the body")
-
-
-@functools.lru_cache(maxsize=256)
-def _params(fn: Callable[..., Any]) -> tuple[frozenset[str], bool]:
-    """Keyword names ``fn`` declares, and whether it takes ``**kwargs``."""
-    sig = inspect.signature(fn)
-    var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    return frozenset(n for n, p in sig.parameters.items() if p.kind is not p.VAR_KEYWORD), var_kw
-
-
-def _method_key(method: Any) -> Any:
-    return getattr(method, "__func__", method)
-
-
-def split_kwargs(method: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(wire body, SDK-only kwargs)`` of a call; raises _Passthrough when not understood."""
-    names, var_kw = _params(_method_key(method))
-    body: dict[str, Any] = {}
-    side: dict[str, Any] = {}
-    for key, value in kwargs.items():
-        if key not in names and not var_kw:
-            raise _Passthrough(f"unknown keyword argument {key!r}")
-        if key in SDK_ONLY:
-            side[key] = value
-        elif not _is_sentinel(value):
-            body[key] = _wire(value)
-    return body, side
-
-
-def wants_raw(headers: Any) -> bool:
-    """True when the SDK call asks for the raw HTTP response (the SDK's raw-response header is set, as its
-    ``with_raw_response``/``with_streaming_response`` wrappers do)."""
-    return isinstance(headers, Mapping) and any(str(h).lower() == _RAW_HEADER for h in headers)
-
-
-def send_kwargs(method: Any, body: Mapping[str, Any], side: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for the SDK method: declared body fields as themselves, the others merged
-    under ``extra_body`` (the caller's own ``extra_body`` wins), plus the SDK-only arguments."""
-    names, _ = _params(_method_key(method))
-    out = dict(side)
-    extra = {k: v for k, v in body.items() if k not in names or k in SDK_ONLY}
-    out.update((k, v) for k, v in body.items() if k not in extra)
-    if extra:
-        mine = side.get("extra_body")
-        out["extra_body"] = {**extra, **(mine if isinstance(mine, Mapping) else {})}
-    return out
 
 
 @dataclass(slots=True)
@@ -298,7 +207,7 @@ class WrappedClient:
         if api is None or not isinstance(body, Mapping) or kwargs.get("files") or kwargs.get("content"):
             return None
         try:
-            wire = _wire(body)
+            wire = wire_value(body)
             turn = self._ac_session.begin(api, wire, base_url=self._ac_base_url, target=self._ac_target(api))
             options = kwargs.get("options")
             raw = wants_raw(options.get("headers") if isinstance(options, Mapping) else None)
@@ -433,7 +342,7 @@ def wrap(
     Anthropic or OpenAI client.
     """
     inner: Any = client.agentcache_unwrap() if isinstance(client, WrappedClient) else client
-    sdk = _sdk_of(inner)
+    sdk = sdk_of(inner)
     if sdk is None:
         raise ConfigError(f"cannot wrap {type(inner).__name__}: expected an anthropic or openai SDK client")
     if session is None:

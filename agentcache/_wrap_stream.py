@@ -31,7 +31,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ._log import get_logger
-from .model._usage import CacheUsage, UsageAccumulator
+from .model._usage import CacheUsage
+from .model._usage_stream import UsageAccumulator
 from .session import Turn
 from .session._coalesce import Ticket
 
@@ -42,7 +43,7 @@ log = get_logger("agentcache.wrap")
 
 class UsageTap:
     """Collects usage from the events of one stream of ``api`` (SDK event objects or dicts) with a
-    :class:`~agentcache.model._usage.UsageAccumulator`; :attr:`usage` is the latest known."""
+    :class:`~agentcache.model._usage_stream.UsageAccumulator`; :attr:`usage` is the latest known."""
 
     __slots__ = ("_acc", "api")
 

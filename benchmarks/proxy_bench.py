@@ -334,15 +334,16 @@ def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, f
     ``commit``. Medians and means over every turn of ``sessions`` conversations (the first 10 warm up). Runs on
     this checkout's agentcache, or on an older one (``--baseline``: the same steps under their former names)."""
     try:
-        from agentcache.model._rawjson import dumps_spliced, loads
+        from agentcache.model._rawjson import loads
         from agentcache.session import SessionPipeline, checkpoints_of
 
-        try:  # the proxy parses through its memo of recent bodies
+        try:  # the proxy parses through its memo of recent bodies and splices in model/_splice
             from agentcache.model._parsememo import ParseMemo
+            from agentcache.model._splice import dumps_spliced
 
             loads = ParseMemo().loads  # type: ignore[assignment]
-        except ImportError:
-            pass
+        except ImportError:  # a checkout between the session core and the parse memo
+            from agentcache.model._rawjson import dumps_spliced  # type: ignore[attr-defined,no-redef]
     except ImportError:  # an agentcache from before the session core (one run measures both side by side)
         from agentcache._pipeline import SessionPipeline  # type: ignore[no-redef]
         from agentcache._rawjson import dumps_spliced, loads  # type: ignore[no-redef]

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentcache.model._parsememo import ParseMemo
-from agentcache.model._rawjson import RawBody, dumps_spliced, loads
+from agentcache.model._rawjson import RawBody, loads
+from agentcache.model._splice import dumps_spliced
 from agentcache.session import checkpoints_of
 
 _json = st.recursive(

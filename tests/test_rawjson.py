@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentcache.model._canonical import item_text
-from agentcache.model._rawjson import dumps_spliced, loads
+from agentcache.model._rawjson import loads
+from agentcache.model._splice import dumps_spliced
 from agentcache.session import checkpoints_of
 from agentcache.session._pipeline import SessionPipeline
 

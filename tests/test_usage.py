@@ -9,7 +9,8 @@ import pytest
 
 from agentcache import CacheUsage, UsageTotals, cost_usd, normalize_usage
 from agentcache.model._rules import anthropic_rules
-from agentcache.model._usage import TERMINAL_EVENTS, UsageAccumulator, merge_anthropic_usage, read_field
+from agentcache.model._usage import read_field
+from agentcache.model._usage_stream import TERMINAL_EVENTS, UsageAccumulator, merge_anthropic_usage
 
 
 def _u(data: Any, api: str | None = None) -> CacheUsage:

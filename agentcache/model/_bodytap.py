@@ -1,5 +1,5 @@
 """Usage read from a response body's bytes as they stream past: the framing (decompression, SSE lines, the JSON
-body) in front of a :class:`~agentcache.model._usage.UsageAccumulator`. Shared by the proxy's relay
+body) in front of a :class:`~agentcache.model._usage_stream.UsageAccumulator`. Shared by the proxy's relay
 (:mod:`agentcache.proxy._forward`) and ``wrap()``'s raw and streaming responses (:mod:`agentcache._wrap_raw`);
 standard library only.
 """
@@ -10,7 +10,8 @@ import json
 import zlib
 from typing import Any
 
-from ._usage import CacheUsage, UsageAccumulator
+from ._usage import CacheUsage
+from ._usage_stream import UsageAccumulator
 
 __all__ = ["TAP_LIMIT", "UsageTap"]
 
@@ -23,7 +24,7 @@ class UsageTap:
     """Reads usage from a response body as it streams past, holding at most one SSE line (or a JSON body up
     to :data:`TAP_LIMIT`). Only the framing lives here: decompression (gzip, deflate), SSE line splitting and
     the JSON parsing of the ``data:`` lines that can carry usage (or of the whole body); what the events mean
-    is a :class:`~agentcache.model._usage.UsageAccumulator`'s. Never raises: anything unreadable just yields
+    is a :class:`~agentcache.model._usage_stream.UsageAccumulator`'s. Never raises: anything unreadable just yields
     no usage."""
 
     def __init__(self, api: str, content_type: str, content_encoding: str = "") -> None:

@@ -7,8 +7,9 @@ came from. With that:
 
 * the session's block cache keys an unchanged message by its source text instead of encoding it again;
 * session inference hashes a message's source text (markers cut out) instead of encoding it;
-* the body sent upstream is written by splicing: every unit the pipeline did not touch goes out as the
-  client's own text, so only edited units are encoded (and untouched bytes stay byte-for-byte the client's).
+* the body sent upstream is written by splicing (:mod:`agentcache.model._splice`): every unit the pipeline did not
+  touch goes out as the client's own text, so only edited units are encoded (and untouched bytes stay byte-for-byte
+  the client's).
 
 A text is valid for a value only while that value is not mutated; the pipeline edits copy-on-write, so a
 value found by identity (:meth:`RawBody.text_of` checks ``is``) still has its source text.
@@ -39,7 +40,6 @@ __all__ = [
     "NestingTooDeep",
     "Number",
     "RawBody",
-    "dumps_spliced",
     "encode",
     "encode_ascii",
     "encode_sorted",
@@ -405,61 +405,3 @@ def loads_text(s: str, raw: bytes, guide: RawBody | None = None) -> tuple[Any, R
 
 def _fallback(raw: bytes) -> Any:
     return json.loads(raw, parse_float=_float, parse_int=_int, parse_constant=_constant)
-
-
-def dumps_spliced(body: dict[str, Any], raw: RawBody | None) -> bytes:
-    """``body`` as JSON bytes: values (and array elements) that came unchanged from the parsed request go out
-    as their source text, everything else compact-encoded. Equal to the compact encoding in meaning. A top-level
-    array keeps the client's text for the run of leading elements it still shares with the one the client sent;
-    an object without a text (a block agentcache marked) keeps the texts of its values."""
-    if raw is None:
-        return encode(body).encode()
-    parts: list[str] = []
-    for key, value in body.items():
-        text = raw.text_of(value)
-        if text is None:
-            text = _list_text(raw, key, value) if isinstance(value, list) else _value_text(raw, value)
-        parts.append(f"{_key_text(key)}:{text}")
-    return ("{" + ",".join(parts) + "}").encode()
-
-
-_KEYS: dict[str, str] = {}
-
-
-def _key_text(key: str) -> str:
-    text = _KEYS.get(key)
-    if text is None:
-        text = encode(key)
-        if len(_KEYS) < 1024 and len(key) <= 64:
-            _KEYS[key] = text
-    return text
-
-
-def _value_text(raw: RawBody, value: Any) -> str:
-    """The text of a value that has none of its own: an object's values with theirs, else encoded."""
-    if isinstance(value, dict):
-        text_of = raw.text_of
-        return "{" + ",".join([f"{_key_text(k)}:{text_of(v) or encode(v)}" for k, v in value.items()]) + "}"
-    return encode(value)
-
-
-def _list_text(raw: RawBody, key: str, value: list[Any]) -> str:
-    """The text of top-level array ``value`` under ``key``: the client's text up to the first element that is not
-    the one the client sent there, then the elements one by one."""
-    sent = raw.fields.get(key)
-    offsets = raw.offsets.get(key)
-    j = 0
-    head = "["
-    if sent is not None and offsets and isinstance(sent[0], list):
-        old = sent[0]
-        n = min(len(old), len(value))
-        while j < n and value[j] is old[j]:
-            j += 1
-        if j == len(old) and j:
-            head = sent[1][:-1].rstrip() + ","
-        elif j:
-            head = sent[1][: offsets[j]]
-    if j == len(value):
-        return head.rstrip().rstrip(",") + "]" if j else "[]"
-    text_of = raw.text_of
-    return head + ",".join([text_of(v) or _value_text(raw, v) for v in value[j:]]) + "]"

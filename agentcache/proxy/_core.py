@@ -25,7 +25,8 @@ from starlette.responses import Response
 from .._exceptions import InputError
 from .._log import get_logger
 from ..model._fields import TurnReport
-from ..model._rawjson import NestingTooDeep, dumps_spliced
+from ..model._rawjson import NestingTooDeep
+from ..model._splice import dumps_spliced
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn

@@ -33,16 +33,7 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         )
     settings = settings or get_settings()
     app = create_app(config, settings=settings)
-    log.info(
-        "proxy.start",
-        host=config.host,
-        port=config.port,
-        upstream=config.upstream_url,
-        engine=config.engine,
-        store="redis" if config.redis_url else "memory",
-        settings=settings.model_dump(),
-    )
-    uvicorn.run(
+    server_config = uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
@@ -52,3 +43,21 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         timeout_graceful_shutdown=10,
         server_header=False,  # the upstream's own server header is relayed; one is enough
     )
+    sock = server_config.bind_socket()  # bound here, so the start line names the port (the OS's for --port 0)
+    port = sock.getsockname()[1]
+    log.info(
+        "proxy.start",
+        host=config.host,
+        port=port,
+        upstream=config.upstream_url,
+        engine=config.engine,
+        store="redis" if config.redis_url else "memory",
+        settings=settings.model_dump(),
+    )
+    try:
+        uvicorn.Server(server_config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn raises the interrupt again once it has shut down (as uvicorn.run does)
+        pass
+    finally:
+        sock.close()
+    log.info("proxy.stopped", host=config.host, port=port)

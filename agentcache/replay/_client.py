@@ -21,7 +21,8 @@ from typing import Any
 
 import httpx
 
-from ..model._usage import CacheUsage, UsageAccumulator
+from ..model._usage import CacheUsage
+from ..model._usage_stream import UsageAccumulator
 
 __all__ = ["PATHS", "TurnResult", "send_turn"]
 

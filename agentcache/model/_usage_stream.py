@@ -1,0 +1,159 @@
+"""Usage read off a streamed (or whole) response, event by event: :class:`UsageAccumulator`, the one reader
+behind both the wrapper's SDK streams and the proxy's SSE tap, into :class:`~agentcache.model._usage.CacheUsage`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import suppress
+from typing import Any, ClassVar
+
+from ._usage import CacheUsage, as_dict, normalize_usage, read_field
+
+__all__ = ["TERMINAL_EVENTS", "UsageAccumulator", "merge_anthropic_usage"]
+
+
+def merge_anthropic_usage(base: Mapping[str, Any] | None, delta: Any) -> dict[str, Any]:
+    """Anthropic stream usage: ``message_start``'s ``usage`` updated with the non-null fields of a
+    ``message_delta``'s cumulative ``usage`` (as the SDK's own accumulator does)."""
+    out = dict(base or {})
+    for k, v in (as_dict(delta) or {}).items():
+        if v is not None:
+            out[k] = v
+    return out
+
+
+#: The terminal event of a stream, per wire api: the ``type`` after which nothing more is sent (Anthropic
+#: Messages "Streaming": ``message_stop``; OpenAI Responses "Streaming events": ``response.completed`` /
+#: ``incomplete`` / ``failed``), or OpenAI Chat's ``data: [DONE]`` sentinel (also any other api's).
+TERMINAL_EVENTS: Mapping[str, frozenset[str]] = {
+    "anthropic.messages": frozenset({"message_stop"}),
+    "openai.chat": frozenset({"[DONE]"}),
+    "openai.responses": frozenset({"response.completed", "response.incomplete", "response.failed"}),
+}
+_DONE = TERMINAL_EVENTS["openai.chat"]
+#: Per api, the bytes the SSE ``data:`` payload of a terminal event holds (JSON escaping keeps text from matching).
+_SSE_END = {
+    a: tuple(b"[DONE]" if k == "[DONE]" else f'"{k}"'.encode() for k in sorted(t)) for a, t in TERMINAL_EVENTS.items()
+}
+
+
+class UsageAccumulator:
+    """The usage of one response of wire ``api`` (``anthropic.messages``, ``openai.chat`` or
+    ``openai.responses``; any other is read as Chat), fed stream event by stream event
+    (:meth:`add_event`) or as one whole, non-streamed body (:meth:`add_body`).
+
+    Events are dicts or SDK event objects, read with :func:`read_field` (so fields the SDK does not
+    declare, like llama.cpp's ``timings``, are seen). What counts:
+
+    * Anthropic (Messages "Streaming", SDK ``RawMessageStartEvent`` / ``RawMessageDeltaEvent``):
+      ``message_start.message.usage``, updated by each ``message_delta.usage`` (cumulative; non-null
+      fields win: :func:`merge_anthropic_usage`);
+    * OpenAI Chat (``ChatCompletionChunk``): the last chunk's ``usage`` (sent with
+      ``stream_options.include_usage``), the last llama.cpp ``timings`` (``llama-server`` puts them on
+      the final chunk, ``usage`` or not; alone they give usage too) and SGLang ``meta_info``;
+    * OpenAI Responses (``ResponseCompletedEvent`` …): ``.response.usage`` of the event carrying it
+      (``response.completed`` / ``incomplete`` / ``failed``).
+
+    :attr:`ended` turns true on the api's terminal event (:data:`TERMINAL_EVENTS`; Chat's sentinel is fed as
+    the string ``"[DONE]"``), or on :meth:`end`. Never raises: an unreadable event or body gives no usage.
+    """
+
+    #: An SSE ``data:`` payload without one of these cannot carry usage: a framing need not parse it.
+    SSE_USAGE_MARKERS: ClassVar[tuple[bytes, ...]] = (b'"usage"', b'"timings"')
+
+    __slots__ = (
+        "_body",
+        "_diag",
+        "_has_body",
+        "_id",
+        "_meta",
+        "_terminal",
+        "_timings",
+        "_usage",
+        "api",
+        "ended",
+        "sse_end_markers",
+    )
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        #: The terminal event went past.
+        self.ended = False
+        self._terminal = TERMINAL_EVENTS.get(api, _DONE)
+        #: A ``data:`` payload of this api holding one of these is the terminal event: a framing may test them
+        #: by substring (then call :meth:`end`) instead of parsing every line. Only the api's own: each costs a scan.
+        self.sse_end_markers: tuple[bytes, ...] = _SSE_END.get(api, _SSE_END["openai.chat"])
+        self._usage: dict[str, Any] | None = None  # Anthropic: merged so far; Chat, Responses: the latest
+        self._timings: dict[str, Any] | None = None
+        self._meta: dict[str, Any] | None = None
+        self._body: Any = None
+        self._has_body = False
+        self._id: str | None = None  # the response id (Anthropic message_start, Responses events)
+        self._diag: dict[str, Any] = {}  # the provider's diagnostics fields, as sent
+
+    def end(self) -> None:
+        """Mark the terminal event seen (for a framing that spots it without parsing it)."""
+        self.ended = True
+
+    def add_event(self, event: Any) -> None:
+        """Take one stream event: a dict, an SDK event object, or the string ``"[DONE]"`` (Chat's end)."""
+        with suppress(Exception):  # an odd event carries no usage
+            self._add(event)
+
+    def _add(self, event: Any) -> None:
+        if isinstance(event, str):
+            self.ended = self.ended or event.strip() in self._terminal
+            return
+        kind = read_field(event, "type")
+        if isinstance(kind, str) and kind in self._terminal:
+            self.ended = True
+        if self.api == "anthropic.messages":
+            if kind == "message_start":
+                message = read_field(event, "message")
+                self._usage = merge_anthropic_usage(None, read_field(message, "usage"))
+                self._note(message, "diagnostics")
+            elif kind == "message_delta":
+                self._usage = merge_anthropic_usage(self._usage, read_field(event, "usage"))
+                self._note(event, "diagnostics")
+        elif self.api == "openai.responses":
+            response = read_field(event, "response")
+            self._usage = as_dict(read_field(response, "usage")) or self._usage
+            self._note(response, "prompt_cache_diagnostics")
+        else:  # most chunks carry none of the three
+            if (usage := read_field(event, "usage")) is not None:
+                self._usage = as_dict(usage) or self._usage
+            if (timings := read_field(event, "timings")) is not None:
+                self._timings = as_dict(timings) or self._timings
+            if (meta := read_field(event, "meta_info")) is not None:
+                self._meta = as_dict(meta) or self._meta
+
+    def _note(self, obj: Any, key: str) -> None:
+        """Keep ``obj``'s ``id`` and diagnostics field ``key`` (when it carries one)."""
+        if obj is None:
+            return
+        rid = read_field(obj, "id")
+        if isinstance(rid, str):
+            self._id = rid
+        diag = read_field(obj, key)
+        if diag is not None:
+            self._diag[key] = as_dict(diag) or diag
+
+    def add_body(self, body: Any) -> None:
+        """Take a whole non-streamed response body (a dict or SDK object); it replaces any events."""
+        self._body, self._has_body = body, True
+
+    @property
+    def usage(self) -> CacheUsage | None:
+        """The usage read so far (final once the stream has ended), or None."""
+        try:
+            if self._has_body:
+                return normalize_usage(self._body, self.api)
+            parts = {"usage": self._usage, "timings": self._timings, "meta_info": self._meta}
+            doc: dict[str, Any] = {k: v for k, v in parts.items() if v is not None}
+            if not doc:
+                return None
+            if self._usage is not None:
+                doc.update(self._diag, **({"id": self._id} if self._id is not None else {}))
+            return normalize_usage(doc, self.api)
+        except Exception:  # never raises
+            return None
