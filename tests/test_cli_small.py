@@ -106,9 +106,34 @@ def test_proxy_warns_when_an_engine_is_declared_without_its_url(monkeypatch: Any
 
     from agentcache.proxy import load_proxy_config, serve
 
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: None)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
     with caplog.at_level("WARNING", logger="agentcache"):
-        serve(load_proxy_config(engine="llama.cpp"))
-        serve(load_proxy_config(engine="llama.cpp", upstream="http://127.0.0.1:8080"))
+        serve(load_proxy_config(engine="llama.cpp", port=0))
+        serve(load_proxy_config(engine="llama.cpp", upstream="http://127.0.0.1:8080", port=0))
     warned = [r.getMessage() for r in caplog.records if "engine_without_upstream" in r.getMessage()]
     assert len(warned) == 1 and "llama.cpp" in warned[0] and "--upstream" in warned[0]
+
+
+def test_proxy_on_port_zero_names_the_port_it_got_and_says_when_it_stopped() -> None:
+    import re
+    import signal
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentcache", "proxy", "--port", "0", "--upstream", "http://127.0.0.1:9"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        port = re.search(r"port=(\d+)", line)
+        assert "proxy.start" in line and port is not None and int(port.group(1)) > 0, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/agentcache/v1/health", timeout=10) as r:
+            assert r.status == 200
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=20) == 0
+        assert "proxy.stopped" in rest and f"port={port.group(1)}" in rest and "Traceback" not in rest, rest
+    finally:
+        proc.kill()

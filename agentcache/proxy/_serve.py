@@ -43,7 +43,10 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         timeout_graceful_shutdown=10,
         server_header=False,  # the upstream's own server header is relayed; one is enough
     )
-    sock = server_config.bind_socket()  # bound here, so the start line names the port (the OS's for --port 0)
+    # Bound and listening here, so the start line names the port (the OS's for --port 0) and a client that reads it
+    # and connects at once is queued until uvicorn accepts, not refused.
+    sock = server_config.bind_socket()
+    sock.listen(server_config.backlog)
     port = sock.getsockname()[1]
     log.info(
         "proxy.start",
