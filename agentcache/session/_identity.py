@@ -180,7 +180,7 @@ def checkpoints_of(
     when the body has no conversation list."""
     out: list[bytes] = []
     cur = blake2b(api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16).digest()
-    fact = "checkpoint:" + api
+    fact, unit_fact = "checkpoint:" + api, "prefix:" + api  # a conversation item's facts; a prefix unit's
     for item in conversation_of(api, body):
         # (item digest, chain before, chain after): an item re-used from the last turn's parse, after the same
         # chain, extends it the same way (the usual turn hashes only its new items).
@@ -198,12 +198,12 @@ def checkpoints_of(
     p = blake2b(digest_size=16)
     for unit in _prefix_units(api, body):
         facts = raw.facts(unit) if raw is not None and unit is not None else None
-        d = facts.get(fact) if facts is not None else None
+        d = facts.get(unit_fact) if facts is not None else None
         if d is None:
             text = raw.text_of(unit) if raw is not None and unit is not None else None
             d = blake2b(item_text(api, unit, text).encode(), digest_size=16).digest()
             if facts is not None:
-                facts[fact] = d
+                facts[unit_fact] = d
         p.update(d)
     return Checkpoints(tuple(out), p.digest())
 
