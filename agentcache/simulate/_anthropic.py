@@ -27,6 +27,7 @@ Simplifications, documented: token counts are tiktoken estimates; blocks are the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from ..model import _causes as C
 from ..model._canonical import CanonicalRequest, Marker
@@ -213,10 +214,7 @@ class AnthropicSimulator:
 
 def _ordinals(req: CanonicalRequest) -> list[int]:
     """Content-block ordinal of every block (option blocks share their successor's ordinal)."""
-    out: list[int] = []
-    n = 0
-    for b in req.blocks:
-        out.append(n)
-        if not b.is_option:
-            n += 1
+    counted = accumulate([b.section != "option" for b in req.blocks], initial=0)  # one pass, in C
+    out = list(counted)
+    out.pop()
     return out
