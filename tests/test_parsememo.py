@@ -201,3 +201,24 @@ def test_guided_bodies_are_sent_byte_for_byte_as_unguided(name: str, bodies: lis
         assert sent[0] == sent[1]
         assert json.loads(sent[0][-1]) == prep.body
     assert memo.continued >= len(bodies) // 2, name
+
+
+def test_a_failing_guided_parse_falls_back_to_an_unguided_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentcache.model import _rawjson
+
+    memo = ParseMemo()
+    turns = _turns(3)
+    memo.loads(turns[0])
+    real = _rawjson._Parse.body
+
+    def broken(self: Any, i: int) -> Any:
+        if self.guide is not None:
+            raise KeyError("a bug of ours")
+        return real(self, i)
+
+    monkeypatch.setattr(_rawjson._Parse, "body", broken)
+    value, texts = memo.loads(turns[1])
+    assert value == json.loads(turns[1]) and texts is not None  # parsed anyway, nothing lost
+    assert memo.guided == 0 and len(memo) == 1  # the group was forgotten; the new body kept
+    with pytest.raises(json.JSONDecodeError):
+        memo.loads(turns[2][:-1])  # the client's own error still is one

@@ -27,9 +27,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from .._log import get_logger
 from ._rawjson import RawBody, _fallback, loads_text
 
 __all__ = ["ParseMemo"]
+
+log = get_logger("agentcache.parse")
 
 #: The top-level keys that hold a conversation: ``messages`` (Anthropic Messages, Chat Completions), ``input``
 #: (Responses).
@@ -73,7 +76,17 @@ class ParseMemo:
         key = (hint, s[:256])
         group = self._groups.get(key)
         guide, continued = _pick(s, group) if group else (None, False)
-        value, texts = loads_text(s, raw, guide)
+        try:
+            value, texts = loads_text(s, raw, guide)
+        except ValueError:
+            raise  # the body's own error, as json.loads gives it (a guide never causes one: it falls back)
+        except Exception as exc:  # our bug: parse it unguided and forget the group (fail open)
+            if guide is None:
+                raise
+            log.warning("parse_memo.failed", error=type(exc).__name__)
+            self._forget(key)
+            guide, continued = None, False
+            value, texts = loads_text(s, raw)
         if texts is None:
             return value, texts
         if guide is not None:
@@ -94,6 +107,10 @@ class ParseMemo:
             self._drop(group[0][0])
         while self._held > self.budget and self._lru:
             self._drop(next(iter(self._lru.values()))[1])
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        for texts, _ in list(self._groups.get(key, ())):
+            self._drop(texts)
 
     def _drop(self, texts: RawBody) -> None:
         entry = self._lru.pop(id(texts), None)
