@@ -363,3 +363,20 @@ def test_charts_fill_the_window(tau_page: str, tmp_path: Path) -> None:
     assert len(widths) == 12
     assert all(w >= 1200 for w in widths[:3])  # token, cost and share charts span the content column
     assert all(350 <= w <= 450 for w in widths[3:6])  # the open session's arms: three panels side by side
+
+
+def test_reported_arm_shows_no_saving_in_the_page_as_in_the_terminal(tmp_path: Path) -> None:
+    """The reported arm covers only the requests that carried usage: the page, like the terminal, gives it no
+    "saved" figure against as_sent (a different set of requests)."""
+    swe, hands = (
+        DATA / "swe-agent/marshmallow-code__marshmallow-1867.function_calling.traj",
+        DATA / "openhands/basic_gui_mode.json",
+    )
+    records = [*load(swe).records, *load(hands).records]
+    report = audit(records, provider="anthropic")
+    totals = report.totals
+    assert "reported" in totals and totals["reported"].prompt_tokens < totals["as_sent"].prompt_tokens
+    page = render_html(report)
+    start = page.index('<div class="name">reported</div>')
+    card = page[start : page.index('<p class="headline"', start)]
+    assert "saved" not in card and "not compared" in card

@@ -48,7 +48,9 @@ def test_upstream_error_status_body_and_headers_reach_the_client_verbatim() -> N
         (httpx.RemoteProtocolError("reset"), 502, "api_error"),
     ],
 )
-def test_pre_response_failures_become_provider_shaped_502_504(exc: Exception, status: int, kind: str) -> None:
+def test_pre_response_failures_become_provider_shaped_502_504(
+    exc: Exception, status: int, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
     def fail(seen: Seen) -> None:
         raise exc
 
@@ -64,7 +66,10 @@ def test_pre_response_failures_become_provider_shaped_502_504(exc: Exception, st
             assert state.store.live() == 2  # sessions opened, nothing committed
             assert all(s.turns == 0 for s in state.store._live.values())  # type: ignore[attr-defined]
 
-    run(scenario())
+    with caplog.at_level("INFO", logger="agentcache"):
+        run(scenario())
+    lines = [r.getMessage() for r in caplog.records if "proxy.request" in r.getMessage()]
+    assert len(lines) == 2 and all(str(status) in ln and "upstream_unavailable" in ln for ln in lines), lines
 
 
 def test_stream_cut_midway_is_cut_for_the_client_and_the_upstream_is_closed() -> None:

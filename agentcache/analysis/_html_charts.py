@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._report import ArmMetrics, TurnRecord
+from ._report import ArmMetrics, TurnRecord, saving_of
 
 __all__ = ["Chart", "arm_colors", "cost_chart", "share_by_request_chart", "token_chart", "turn_chart", "turn_columns"]
 
@@ -167,8 +167,8 @@ def cost_chart(totals: dict[str, ArmMetrics], colors: dict[str, str]) -> Chart:
         y = top + i * (row + gap) + gap / 2
         chart.texts.append(Text(left - 8, y + row / 2 + 4, arm, "end", "arm"))
         label = usd(m.cost_usd)
-        if base is not None and arm != "as_sent":
-            saved, share = m.saved_against(base)
+        if (saving := saving_of(arm, m, base)) is not None:
+            saved, share = saving
             label += f" · saved {usd(saved)}" + (f" ({share:.1%})" if share is not None else "")
         w = m.cost_usd * scale
         chart.groups.append(Group("", [Rect(left, _r(y), _r(w), row, "arm", f"{arm}: {label}", colors[arm])]))

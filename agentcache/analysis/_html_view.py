@@ -19,7 +19,7 @@ from typing import Any
 
 from ._groups import MissGroup, TTLGroup, group_misses, group_ttl
 from ._html_charts import MAX_COLUMNS
-from ._report import ArmMetrics, AuditReport, BreakRecord, SessionReport, TurnRecord, provider_summary
+from ._report import ArmMetrics, AuditReport, BreakRecord, SessionReport, TurnRecord, provider_summary, saving_of
 
 __all__ = ["ARM_HELP", "COLUMN_BUDGET", "ReportView", "build_view"]
 
@@ -114,7 +114,7 @@ def build_view(
     base = report.totals.get("as_sent")
     arms = []
     for name, m in report.totals.items():
-        saved, share = m.saved_against(base) if base is not None and name != "as_sent" else (None, None)
+        saved, share = saving_of(name, m, base) or (None, None)
         arms.append(
             ArmRow(name, ARM_HELP.get(name, "An arm this report adds (no description known)."), m, saved, share)
         )

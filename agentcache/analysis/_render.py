@@ -31,6 +31,7 @@ from ._report import (
     SimErrorRecord,
     TurnRecord,
     provider_summary,
+    saving_of,
 )
 
 __all__ = ["make_console", "render_report"]
@@ -157,8 +158,8 @@ def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
     base = totals.get("as_sent")
     for arm, m in totals.items():
         saved = "—"
-        if arm not in ("as_sent", "reported") and base is not None:  # reported is the truth, not a strategy
-            diff, share = m.saved_against(base)
+        if (saving := saving_of(arm, m, base)) is not None:
+            diff, share = saving
             saved = _usd(diff) + (f" ({share * 100:.1f}%)" if share is not None else "")
         table.add_row(
             arm,

@@ -50,6 +50,15 @@ class ArmMetrics(TokenTotals):
         return diff, (diff / base.cost_usd if base.cost_usd else None)
 
 
+def saving_of(arm: str, metrics: ArmMetrics, base: ArmMetrics | None) -> tuple[float, float | None] | None:
+    """The reports' "saved" figure of ``arm`` (:meth:`ArmMetrics.saved_against` ``base``, the ``as_sent`` arm), or
+    None where there is none: for ``as_sent`` itself, and for ``reported``, which is the recorded truth rather than
+    a strategy and covers only the requests that carried usage (a different set from the simulated arms')."""
+    if base is None or arm in ("as_sent", "reported"):
+        return None
+    return metrics.saved_against(base)
+
+
 @dataclass(frozen=True, slots=True)
 class BreakRecord:
     """A request whose prefix diverges from what its session (or, for the static prefix, another

@@ -132,6 +132,14 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         if turn is not None:
             turn.fail(f"upstream_{upstream.status_code}")
         state.count_request(route, provider, model, "error")
+        log.info(  # the request's one line, as for an answered one (the upstream's failure is logged apart)
+            "proxy.request",
+            route=route,
+            status=upstream.status_code,
+            outcome="upstream_unavailable",
+            latency_ms=round((time.perf_counter() - started) * 1000, 3),
+            session_id=turn.session.session_id if turn is not None else None,
+        )
         return upstream
     state.metrics.ttfb.labels(route).observe(time.perf_counter() - started)
     ok = 200 <= upstream.status_code < 300
