@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,11 +129,13 @@ def _default(value: Any) -> Any:
 
 
 def _encoder(*, ensure_ascii: bool = True, sort_keys: bool = False) -> Callable[[Any], str]:
-    enc: Callable[[Any], str] = json.JSONEncoder(
-        separators=(",", ":"), allow_nan=False, default=_default, ensure_ascii=ensure_ascii, sort_keys=sort_keys
-    ).encode
     c_make = getattr(json.encoder, "c_make_encoder", None)
-    if c_make is not None:
+    enc: Callable[[Any], str]
+    if c_make is None:  # no C accelerator (another Python): the pure-Python encoder
+        enc = json.JSONEncoder(
+            separators=(",", ":"), allow_nan=False, default=_default, ensure_ascii=ensure_ascii, sort_keys=sort_keys
+        ).encode
+    else:
         # json's C encoder built once, not per call as JSONEncoder.encode does (a third of the time of a small
         # unit). No circular-reference markers: a JSON value has no cycles, and a cyclic caller's dict ends in
         # RecursionError (nested too deeply) instead of ValueError.
@@ -253,17 +255,8 @@ class _Parse:
         self.texts: dict[int, Part] = {}
         self.derived: dict[int, tuple[Any, dict[str, Any]]] = {}
 
-    def reuse(self, part: Part) -> None:
-        value = part[0]
-        self.texts[id(value)] = part
-        guide = self.guide
-        if guide is not None and guide.derived:
-            facts = guide.derived.get(id(value))
-            if facts is not None and facts[0] is value:
-                self.derived[id(value)] = facts
-
-    def reuse_all(self, parts: list[Part]) -> None:
-        """:meth:`reuse` of every part of ``parts``."""
+    def reuse(self, parts: Sequence[Part]) -> None:
+        """Take ``parts`` from the guide whole: their texts, and the facts the guide holds about them."""
         self.texts.update([(id(p[0]), p) for p in parts])
         guide = self.guide
         if guide is not None and guide.derived:
@@ -295,7 +288,7 @@ class _Parse:
                     parts = list(guide)
                     items = [p[0] for p in parts]  # type: ignore[index]
                     offsets = list(self.guide.offsets[key])
-                    self.reuse_all(parts)  # type: ignore[arg-type]
+                    self.reuse(parts)  # type: ignore[arg-type]
                     n = len(parts)
                     i = _ws(s, j + 1)
         match = _WS.match
@@ -307,7 +300,7 @@ class _Parse:
             if g is not None and startswith(g[1], i):
                 value = g[0]
                 i += len(g[1])
-                self.reuse(g)
+                self.reuse((g,))
                 part: Part | None = g
             else:
                 value, i = _scan(s, i)
@@ -354,13 +347,13 @@ class _Parse:
                 if g is not None and s.startswith(g[1], i):  # the same text as last time: the same value
                     value = g[0]
                     i += len(g[1])
-                    self.reuse(g)
+                    self.reuse((g,))
                     fields[key] = g
                     gi = guide.items.get(key) if guide is not None else None
                     if gi is not None and isinstance(value, list) and guide is not None:
                         arrays[key] = gi
                         spans[key] = guide.offsets[key]
-                        self.reuse_all([e for e in gi if e is not None])
+                        self.reuse([e for e in gi if e is not None])
                     starts[key] = start
                 elif s[i] == "[":
                     value, i, parts, spans[key] = self.array(i, key, g[1] if g is not None else None)
