@@ -1,20 +1,23 @@
-"""Recorded-traffic loaders: turn agent trajectories and request logs into :class:`Record` lists.
+"""Recorded-traffic loaders: turn agent trajectories, request logs and agents' own logs into records.
 
-Formats (see each module's docstring for the exact shape): ``taubench`` (tau-bench results list),
-``swe-agent`` (``.traj``), ``openhands`` (event list), ``chat`` (a list of chat messages), ``case``
-(prefix-cache failure cases) and ``jsonl`` (one request per line).
+Formats with request bodies, read into :class:`Record` lists (see each module's docstring for the exact shape):
+``taubench`` (tau-bench results list), ``swe-agent`` (``.traj``), ``openhands`` (event list), ``chat`` (a list of
+chat messages), ``case`` (prefix-cache failure cases) and ``jsonl`` (one request per line). Agents' own logs
+(:data:`~agentcache.loaders._formats.LOG_FORMATS`: Claude Code transcripts, Codex rollouts, ...) are read into
+:class:`UsageRecord` lists: each API call by its reported usage, without its body.
 
 ``load(path)`` detects the format, returns the records in time order (``at``, else file order; stable) with
 session ids prefixed by the file stem, and collects malformed individual records in ``errors`` instead of
 failing. An unreadable file, invalid JSON or an unknown format raises :class:`InputError` /
-:class:`UnknownFormatError`.
+:class:`UnknownFormatError`. :func:`load_paths` reads files, directories (recursively) and globs at once, counts
+each API call once across files, and filters by time and project (:mod:`agentcache.loaders._paths`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +26,26 @@ from agentcache.loaders._cases import load_case
 from agentcache.loaders._chatlist import load_chat
 from agentcache.loaders._common import Loaded, in_time_order, read_json
 from agentcache.loaders._detect import FORMATS, sniff
+from agentcache.loaders._formats import LOG_FORMATS, LogFormat
 from agentcache.loaders._jsonl import load_jsonl
 from agentcache.loaders._openhands import load_openhands
-from agentcache.loaders._record import APIS, Api, Record
+from agentcache.loaders._record import APIS, EVENTS, Api, Record, UsageRecord
 from agentcache.loaders._sweagent import load_sweagent
 from agentcache.loaders._taubench import load_taubench
 
-__all__ = ["APIS", "FORMATS", "Api", "LoadResult", "Record", "detect_format", "load"]
+__all__ = [
+    "APIS",
+    "EVENTS",
+    "FORMATS",
+    "LOG_FORMATS",
+    "Api",
+    "LoadResult",
+    "LogFormat",
+    "Record",
+    "UsageRecord",
+    "detect_format",
+    "load",
+]
 
 _LOADERS: dict[str, Callable[[Path, Any], Loaded]] = {
     "swe-agent": load_sweagent,
@@ -45,12 +61,18 @@ class LoadResult:
     """What :func:`load` read.
 
     ``records`` in time order, the ``format`` used, and one ``errors`` entry per malformed record that was
-    skipped (each carries ``source`` and ``record``).
+    skipped (each carries ``source`` and ``record``). From an agent's own log: ``usage_records`` (one per API
+    call, in file order), the ``lines`` read, the lines ``ignored`` (not API calls: user messages, attachments)
+    and whether the last line was ``truncated`` (a log still being written; not an error).
     """
 
     records: list[Record]
     format: str
     errors: list[InputError]
+    usage_records: list[UsageRecord] = field(default_factory=list)
+    lines: int = 0
+    ignored: int = 0
+    truncated: bool = False
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -70,6 +92,18 @@ def load(path: str | os.PathLike[str], format: str | None = None, *, tools_path:
         format, doc = sniff(p)
     elif format not in FORMATS:
         raise UnknownFormatError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}", source=str(p))
+    agent = next((f for f in LOG_FORMATS if f.name == format), None)
+    if agent is not None:
+        read = agent.read(p)
+        return LoadResult(
+            records=[],
+            format=format,
+            errors=read.errors,
+            usage_records=read.usage_records,
+            lines=read.lines,
+            ignored=read.ignored,
+            truncated=read.truncated,
+        )
     if doc is None and format != "jsonl":
         doc = read_json(p)
     if format == "taubench":

@@ -7,7 +7,10 @@
 - list whose first element has ``traj`` and ``task_id`` -> ``taubench``; list of objects that all have
   ``source`` and ``action`` or ``observation`` -> ``openhands``; list of objects that all have ``role`` ->
   ``chat``;
-- text that is not one JSON document but whose first non-blank line is a JSONL record -> ``jsonl``.
+- text that is not one JSON document but whose first non-blank line is a JSONL record -> ``jsonl``;
+- an agent's own log (:data:`~agentcache.loaders._formats.LOG_FORMATS`): a ``.jsonl`` file whose first JSON lines
+  the format's ``sniff_lines`` recognises (a ``.jsonl`` file no agent format claims is ``jsonl``), or any other
+  file its ``sniff_path`` recognises (checked before the JSON shapes above).
 """
 
 from __future__ import annotations
@@ -16,10 +19,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentcache._exceptions import UnknownFormatError
+from agentcache._exceptions import InputError, UnknownFormatError
 from agentcache.loaders._common import problem, read_text
+from agentcache.loaders._formats import LOG_FORMATS
 
-FORMATS: tuple[str, ...] = ("taubench", "swe-agent", "openhands", "chat", "case", "jsonl")
+#: Formats of recorded requests with their bodies, then the agents' own log formats.
+RECORD_FORMATS: tuple[str, ...] = ("taubench", "swe-agent", "openhands", "chat", "case", "jsonl")
+FORMATS: tuple[str, ...] = RECORD_FORMATS + tuple(f.name for f in LOG_FORMATS)
+#: How many leading JSON lines of a ``.jsonl`` file an agent format may look at, and how many bytes at most.
+SNIFF_LINES = 20
+SNIFF_BYTES = 1 << 22
 _JSONL_KEYS = frozenset({"session", "api", "body"})
 
 
@@ -54,12 +63,48 @@ def _first_line_is_record(text: str) -> bool:
     return isinstance(obj, dict) and obj.keys() >= _JSONL_KEYS
 
 
+def first_objects(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects among the first :data:`SNIFF_LINES` lines of ``path`` (at most :data:`SNIFF_BYTES`
+    read; a line that does not parse is passed over). Raises InputError when the file cannot be read."""
+    out: list[dict[str, Any]] = []
+    budget = SNIFF_BYTES
+    try:
+        with path.open("rb") as f:
+            for _ in range(SNIFF_LINES):
+                line = f.readline(budget)
+                if not line:
+                    break
+                budget -= len(line)
+                try:
+                    obj = json.loads(line)
+                except (ValueError, RecursionError):
+                    obj = None
+                if isinstance(obj, dict):
+                    out.append(obj)
+                if budget <= 0:
+                    break
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or exc}", source=str(path)) from exc
+    return out
+
+
+def log_format(path: Path) -> str | None:
+    """The agent log format of ``path`` (:data:`~agentcache.loaders._formats.LOG_FORMATS`), or None."""
+    if path.suffix.lower() == ".jsonl":
+        first = first_objects(path)
+        return next((f.name for f in LOG_FORMATS if first and f.sniff_lines(first)), None)
+    return next((f.name for f in LOG_FORMATS if f.sniff_path(path)), None)
+
+
 def sniff(path: Path) -> tuple[str, Any]:
-    """``(format, parsed document)``; the document is None when not parsed (JSONL, ``.traj``).
+    """``(format, parsed document)``; the document is None when not parsed (JSONL, ``.traj``, agent logs).
 
     Raises UnknownFormatError naming the file when no format matches, InputError when unreadable.
     """
     suffix = path.suffix.lower()
+    agent = log_format(path)
+    if agent is not None:
+        return agent, None
     if suffix == ".jsonl":
         return "jsonl", None
     if suffix == ".traj":

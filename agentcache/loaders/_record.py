@@ -1,12 +1,25 @@
-"""The unit every loader yields: one recorded request of one session."""
+"""The units the loaders yield: a recorded request with its body (:class:`Record`), or an API call an agent's own
+log knows only by its reported usage (:class:`UsageRecord`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentcache.model._usage import CacheUsage
+
 Api = Literal["anthropic.messages", "openai.chat", "openai.responses"]
 APIS: tuple[str, ...] = ("anthropic.messages", "openai.chat", "openai.responses")
+
+#: What an API call was for, in an agent's own log: its conversation (``main``), a subagent's (``subagent``), a
+#: context compaction run (``compaction``: it belongs to the conversation it compacts), or a call outside any
+#: conversation (``side``: a title, a quota check).
+CallKind = Literal["main", "subagent", "compaction", "side"]
+
+#: Events an agent's log records between two calls of a session, as :attr:`UsageRecord.events` names them:
+#: ``compacted`` (a compaction boundary: the history was replaced by a summary), ``resumed`` (a new process took
+#: the session over: ``--continue``/``--resume``, or a restart).
+EVENTS: tuple[str, ...] = ("compacted", "resumed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,3 +44,39 @@ class Record:
     index: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
     response: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """One API call an agent's own log recorded by its usage alone: no request body (Claude Code transcripts,
+    Codex rollouts, opencode and Qwen Code sessions keep the provider's usage, not what was sent).
+
+    ``session``: the conversation the call belongs to (the agent's own session id; a subagent's is
+    ``<parent>/<agent id>``), unique across clients. ``client``: the agent that wrote the log (``claude-code``,
+    ``codex``, ``opencode``, ``qwen-code``). ``api``: the wire API whose usage semantics ``usage`` was read with
+    (:class:`~agentcache.model._types.Api` values; it names the provider whose cache served the call).
+    ``usage``: the reported usage, normalised once by the core's one usage parser
+    (:func:`~agentcache.model._usage.normalize_usage`; Anthropic ``input_tokens`` is the uncached remainder,
+    OpenAI's the whole prompt, both become ``prompt_tokens = read + write + uncached``). ``model``: the model
+    the call used. ``at``: when the call was logged, unix seconds (UTC), None when the log has no time.
+    ``call_id``: the key that identifies the call across files (Claude Code ``message.id`` + ``requestId``; a
+    resumed session's copy of an old call has the same key, so each call counts once). ``parent``: the parent
+    session of a subagent, else None. ``project``: the working directory or project the log names, else None.
+    ``kind``: see :data:`CallKind`. ``events``: what the log recorded in the session since its previous call
+    (:data:`EVENTS`). ``diagnosis``: the provider's own cache-miss reason when the log kept it (in ``usage``).
+    ``source``/``index``: file and 0-based line of the record, for messages.
+    """
+
+    session: str
+    client: str
+    api: str
+    usage: CacheUsage
+    model: str
+    at: float | None
+    call_id: str
+    parent: str | None = None
+    project: str | None = None
+    kind: CallKind = "main"
+    events: tuple[str, ...] = ()
+    source: str = ""
+    index: int = 0

@@ -1,0 +1,75 @@
+"""What the readers of agents' own logs share: streaming a log line by line, and what one file gave.
+
+An agent's log is read as it is written: one JSON object per line, appended while the agent runs. So a last line
+without its newline that does not parse is a line still being written (``truncated``), not an error; a line of a
+kind that is no API call (a user message, an attachment, a queue entry) is ``ignored``, not an error; only a
+line that looks like the format but cannot be read is an error (:class:`~agentcache.InputError` naming its
+0-based line). Files are streamed (never held whole), so a gigabyte of transcripts costs the records it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentcache._exceptions import InputError
+from agentcache.loaders._common import problem
+from agentcache.loaders._record import UsageRecord
+
+__all__ = ["LogRead", "json_lines"]
+
+
+@dataclass(slots=True)
+class LogRead:
+    """What reading one agent log gave: its ``usage_records`` (one per API call, in file order), ``errors`` (one
+    per line that could not be read), ``lines`` read, lines ``ignored`` (not API calls) and whether the last line
+    was ``truncated`` (still being written)."""
+
+    usage_records: list[UsageRecord] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    lines: int = 0
+    ignored: int = 0
+    truncated: bool = False
+
+
+def json_lines(path: Path, read: LogRead) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line index, object)`` for each JSON-object line of ``path``, streamed. Blank lines are skipped; a line
+    that is not a JSON object becomes an error in ``read`` (the last line, cut short, sets ``read.truncated``
+    instead). Raises :class:`InputError` when the file cannot be opened."""
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or exc}", source=str(path)) from exc
+    with f:
+        pending: tuple[int, bytes] | None = None
+        for i, raw in enumerate(f):
+            if pending is not None:
+                yield from _parse(path, *pending, read, last=False)
+            pending = (i, raw)
+        if pending is not None:
+            yield from _parse(path, *pending, read, last=True)
+
+
+def _parse(path: Path, i: int, raw: bytes, read: LogRead, last: bool) -> Iterator[tuple[int, dict[str, Any]]]:
+    if not raw.strip():
+        return
+    read.lines += 1
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        if last and not raw.endswith(b"\n"):
+            read.truncated = True  # the agent is still writing this line
+            return
+        read.errors.append(
+            InputError(
+                problem(exc) if isinstance(exc, RecursionError) else f"invalid JSON: {exc}", source=str(path), record=i
+            )
+        )
+        return
+    if not isinstance(obj, dict):
+        read.errors.append(InputError("line is not a JSON object", source=str(path), record=i))
+        return
+    yield i, obj

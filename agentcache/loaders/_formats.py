@@ -1,0 +1,50 @@
+"""The registry of agents' own log formats: how each is recognised, read, and where the agent keeps it.
+
+Each reader module (``_claude_code``, ``_codex``, ...) owns its format's knowledge and declares one
+:class:`LogFormat`; :data:`LOG_FORMATS` lists them. Detection (:mod:`agentcache.loaders._detect`) asks each in
+turn: a ``.jsonl`` file by its first JSON lines (``sniff_lines``), any other file by its path (``sniff_path``:
+a SQLite database, a directory layout). ``default_roots`` names where the agent keeps its logs on this machine
+(environment variables first), for ``agentcache audit`` with no path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentcache.loaders._agentlog import LogRead
+
+__all__ = ["LOG_FORMATS", "LogFormat"]
+
+
+def _never(_: Any) -> bool:
+    return False
+
+
+def _nowhere(_: Mapping[str, str]) -> list[Path]:
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class LogFormat:
+    """One agent's log format. ``name``: the ``--format`` value. ``client``: the agent's name in reports
+    (``Claude Code``). ``read(path)``: every API call of one file (:class:`~agentcache.loaders._agentlog.LogRead`).
+    ``sniff_lines(first)``: True when the first JSON objects of a ``.jsonl`` file (at most
+    :data:`~agentcache.loaders._detect.SNIFF_LINES`) are this format's. ``sniff_path(path)``: True for a file of
+    this format that is not JSON lines. ``default_roots(environ)``: the folders (or files) where the agent keeps
+    its logs, existing or not, most specific first. ``suffixes``: the file suffixes worth opening when a
+    directory is searched."""
+
+    name: str
+    client: str
+    read: Callable[[Path], LogRead]
+    sniff_lines: Callable[[list[dict[str, Any]]], bool] = _never
+    sniff_path: Callable[[Path], bool] = _never
+    default_roots: Callable[[Mapping[str, str]], list[Path]] = _nowhere
+    suffixes: tuple[str, ...] = (".jsonl",)
+
+
+#: Every agent log format agentcache reads, in detection order.
+LOG_FORMATS: tuple[LogFormat, ...] = ()
