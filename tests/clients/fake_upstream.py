@@ -14,6 +14,12 @@ run through the proxy and a direct run get byte-identical answers. Usage is repo
 with ``cache_read`` the longest prefix of the message list seen before, like a provider's prefix cache; markers and
 one-text-block lists are read as :func:`unmarked` reads them, so agentcache's documented edits do not change the
 figures a client may print (Claude Code shows a subagent's token count to its parent).
+
+With ``realistic=True`` the fake answers as a provider does for its logs to be audited: usage from
+:mod:`tests.clients.fake_cache` (Anthropic breakpoints, 5m/1h TTLs and their write split; OpenAI's automatic
+1024-token/128-step cache) on a virtual clock a test advances (``fake.clock.advance(s)``, or ``POST
+/_fake/advance {"seconds": s}``), a unique id per response and a ``request-id`` header, and every answer's usage in
+``fake.usage_log`` (the truth an audit of the client's own log must reproduce).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import hashlib
 import json
 import re
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +39,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.clients.fake_cache import AnthropicCache, Clock, OpenAICache
 
 DIRECTIVE = re.compile(r"agentcache-script:(\w+)")
 SHELL_COMMAND = "echo agentcache-ok"
@@ -235,12 +244,18 @@ def _sse(event: str | None, data: dict[str, Any]) -> bytes:
 class FakeUpstream:
     """The app plus its request log. ``requests`` is appended to in arrival order (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, realistic: bool = False) -> None:
         self.requests: list[Recorded] = []
         self.cache = PrefixCache()
+        self.realistic = realistic
+        self.clock = Clock()
+        self.anthropic = AnthropicCache(self.clock)
+        self.openai = OpenAICache(self.clock)
+        self.usage_log: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.app = Starlette(
             routes=[
+                Route("/_fake/advance", self.advance, methods=["POST"]),
                 Route("/v1/messages", self.messages, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
                 Route("/v1/responses", self.responses, methods=["POST"]),
@@ -266,6 +281,23 @@ class FakeUpstream:
         with self._lock:
             return [r for r in self.requests if r.route in ("messages", "responses", "chat")]
 
+    async def advance(self, request: Request) -> Response:
+        """``{"seconds": s}``: move the virtual clock on (cache entries age without waiting)."""
+        self.clock.advance(float((await request.json())["seconds"]))
+        return JSONResponse({"offset": self.clock.offset})
+
+    def _answered(
+        self, route: str, body: dict[str, Any], key: str, usage: dict[str, Any]
+    ) -> tuple[str, dict[str, str]]:
+        """The response id and extra headers of an answer; in realistic mode unique, and logged with its usage."""
+        if not self.realistic:
+            return key, {}
+        rid, request_id = uuid.uuid4().hex[:24], f"req_{uuid.uuid4().hex[:24]}"
+        entry = {"route": route, "id": rid, "request_id": request_id, "model": body.get("model"), "usage": usage}
+        with self._lock:
+            self.usage_log.append({**entry, "at": self.clock.now()})
+        return rid, {"request-id": request_id}
+
     async def other(self, request: Request) -> Response:
         await self._record(request, "other")
         return JSONResponse({"error": {"type": "not_found_error", "message": "not served by the fake"}}, 404)
@@ -284,13 +316,17 @@ class FakeUpstream:
         rec = await self._record(request, "messages")
         body: dict[str, Any] = rec.body or {}
         p = plan("messages", body)
-        read, total = self.cache.account([body.get("tools"), body.get("system"), *(body.get("messages") or [])])
-        usage = {
-            "input_tokens": total - read,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": read,
-            "output_tokens": 8,
-        }
+        if self.realistic:
+            usage = self.anthropic.usage(body)
+        else:
+            read, total = self.cache.account([body.get("tools"), body.get("system"), *(body.get("messages") or [])])
+            usage = {
+                "input_tokens": total - read,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": read,
+                "output_tokens": 8,
+            }
+        rid, headers = self._answered("messages", body, p.key, usage)
         model = body.get("model", "fake")
         if p.tool:
             block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_{p.key}", "name": p.tool, "input": p.arguments}
@@ -299,7 +335,7 @@ class FakeUpstream:
             block = {"type": "text", "text": p.text}
             stop = "end_turn"
         message = {
-            "id": f"msg_{p.key}",
+            "id": f"msg_{rid}",
             "type": "message",
             "role": "assistant",
             "model": model,
@@ -309,8 +345,9 @@ class FakeUpstream:
             "usage": usage,
         }
         if not body.get("stream"):
-            return JSONResponse(message)
-        return StreamingResponse(self._messages_stream(message, block), media_type="text/event-stream")
+            return JSONResponse(message, headers=headers)
+        stream = self._messages_stream(message, block)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
     async def _messages_stream(self, message: dict[str, Any], block: dict[str, Any]) -> AsyncIterator[bytes]:
         usage = message["usage"]
@@ -347,9 +384,8 @@ class FakeUpstream:
         body: dict[str, Any] = rec.body or {}
         p = plan("responses", body)
         items = body.get("input")
-        read, total = self.cache.account(
-            [body.get("tools"), body.get("instructions"), *(items if isinstance(items, list) else [items])]
-        )
+        units = [body.get("tools"), body.get("instructions"), *(items if isinstance(items, list) else [items])]
+        read, total = self.openai.account(units) if self.realistic else self.cache.account(units)
         if p.tool:
             item: dict[str, Any] = {
                 "type": "function_call",
@@ -369,24 +405,27 @@ class FakeUpstream:
                 "status": "completed",
                 "content": [{"type": "output_text", "text": p.text, "annotations": []}],
             }
+        usage = {
+            "input_tokens": total,
+            "input_tokens_details": {"cached_tokens": read},
+            "output_tokens": 8,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": total + 8,
+        }
+        rid, headers = self._answered("responses", body, p.key, usage)
         response = {
-            "id": f"resp_{p.key}",
+            "id": f"resp_{rid}",
             "object": "response",
             "created_at": 1_700_000_000,
             "status": "completed",
             "model": body.get("model", "fake"),
             "output": [item],
-            "usage": {
-                "input_tokens": total,
-                "input_tokens_details": {"cached_tokens": read},
-                "output_tokens": 8,
-                "output_tokens_details": {"reasoning_tokens": 0},
-                "total_tokens": total + 8,
-            },
+            "usage": usage,
         }
         if not body.get("stream"):
-            return JSONResponse(response)
-        return StreamingResponse(self._responses_stream(response, item), media_type="text/event-stream")
+            return JSONResponse(response, headers=headers)
+        stream = self._responses_stream(response, item)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
     async def _responses_stream(self, response: dict[str, Any], item: dict[str, Any]) -> AsyncIterator[bytes]:
         seq = iter(range(1_000))
@@ -427,7 +466,8 @@ class FakeUpstream:
         rec = await self._record(request, "chat")
         body: dict[str, Any] = rec.body or {}
         p = plan("chat", body)
-        read, total = self.cache.account([body.get("tools"), *(body.get("messages") or [])])
+        units = [body.get("tools"), *(body.get("messages") or [])]
+        read, total = self.openai.account(units) if self.realistic else self.cache.account(units)
         usage = {
             "prompt_tokens": total,
             "completion_tokens": 8,
@@ -445,14 +485,15 @@ class FakeUpstream:
         else:
             message = {"role": "assistant", "content": p.text}
             finish = "stop"
-        base = {"id": f"chatcmpl-{p.key}", "created": 1_700_000_000, "model": body.get("model", "fake")}
+        rid, headers = self._answered("chat", body, p.key, usage)
+        base = {"id": f"chatcmpl-{rid}", "created": 1_700_000_000, "model": body.get("model", "fake")}
         if not body.get("stream"):
             choice = {"index": 0, "message": message, "finish_reason": finish}
-            return JSONResponse({**base, "object": "chat.completion", "choices": [choice], "usage": usage})
+            doc = {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+            return JSONResponse(doc, headers=headers)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return StreamingResponse(
-            self._chat_stream(base, message, finish, usage, include_usage), media_type="text/event-stream"
-        )
+        stream = self._chat_stream(base, message, finish, usage, include_usage)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=headers)
 
     async def _chat_stream(
         self, base: dict[str, Any], message: dict[str, Any], finish: str, usage: dict[str, Any], include_usage: bool
