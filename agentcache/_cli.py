@@ -13,48 +13,27 @@ remaining inputs are still audited, and the exit code is 2 at the end (:mod:`age
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import __version__
-from ._audit import audit as run_audit
-from ._cli_base import FormatChoice, Group, engine_metavar, engine_option
-from ._cli_errors import EXIT_BAD_INPUT, Errors, fail, load_all
+from ._cli_audit import audit_command
+from ._cli_base import Group, engine_metavar, engine_option
+from ._cli_errors import fail
 from ._cli_replay import plan_command, replay_command
 from ._exceptions import ConfigError
 from ._install import install_hint
 from ._log import get_logger
-from ._logging import LEVELS, RENDERERS, configure_logging, without_events
-from .analysis._html import render_html
-from .analysis._render import make_console, render_report
-from .analysis._report import AuditReport
-from .loaders import Record
+from ._logging import LEVELS, RENDERERS, configure_logging
 from .model._types import Engine
 
 __all__ = ["app", "main"]
 
 
-class ProviderChoice(StrEnum):
-    """Values of ``audit --provider``: whose cache rules to simulate."""
-
-    anthropic = "anthropic"
-    openai = "openai"
-    engine = "engine"
-
-
-#: Show a progress bar (on a terminal) when auditing more records than this.
-PROGRESS_THRESHOLD = 200
 #: Commands that run a server: they log at info by default (each request, start and stop), as uvicorn does;
 #: the analyses (audit, replay) log at warning so their tables stay readable.
 SERVER_COMMANDS = ("proxy", "serve")
@@ -112,117 +91,6 @@ def _root(
         configure_logging(log_format or "console", level)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-
-
-@app.command("audit")
-def audit_command(
-    paths: Annotated[
-        list[Path], typer.Argument(metavar="PATH", help="Recorded traffic files (formats are auto-detected).")
-    ],
-    provider: Annotated[
-        ProviderChoice | None,
-        typer.Option(
-            help="Cache rules to simulate: a provider, or a local engine's prefix cache (default: the provider "
-            "the recorded usage names, else the first record's API)."
-        ),
-    ] = None,
-    model: Annotated[str | None, typer.Option(help="Price every request as this model.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the JSON report on stdout.")] = False,
-    fmt: Annotated[FormatChoice | None, typer.Option("--format", help="Input format, skipping detection.")] = None,
-    tools: Annotated[
-        Path | None, typer.Option(help="Tool schemas for tau-bench files (default: <domain>_tools.json beside them).")
-    ] = None,
-    compare: Annotated[
-        bool,
-        typer.Option(
-            "--compare",
-            help="Add one arm per baseline strategy: on Anthropic rules the marker strategies (anthropic_auto, "
-            "langchain, litellm, no_markers); on OpenAI rules the prompt_cache_key strategies (no_key, "
-            "conversation_key, random_key, lineage_keys, and breakpoints where the model takes them).",
-        ),
-    ] = False,
-    ttft: Annotated[
-        float | None,
-        typer.Option(
-            help="Model concurrency: seconds from a request's start to its first byte (an entry is readable only "
-            "then), and add the agentcache_coalesced arm (Anthropic rules).",
-        ),
-    ] = None,
-    html: Annotated[
-        Path | None, typer.Option("--html", help="Also write a self-contained HTML report (charts work offline).")
-    ] = None,
-) -> None:
-    """Audit recorded traffic: what its prompt caching cost, what it could cost, and why each prefix broke."""
-    errors = Errors()
-    fmt_name = fmt.value if fmt is not None else None
-    records = load_all(paths, fmt_name, None if tools is None else str(tools), errors)
-    if not records:
-        errors.flush()
-        if not errors.count:
-            errors.add("no records to audit in " + ", ".join(str(p) for p in paths))
-        raise typer.Exit(EXIT_BAD_INPUT)
-    # The table names unknown models in its header; the JSON document only in its "models" list, so there the
-    # model.unknown warning on stderr stays (a script's log shows it).
-    quiet = without_events("model.unknown") if not json_output else contextlib.nullcontext()
-    try:
-        with quiet:
-            report = _audit_all(records, provider.value if provider else None, model, errors, compare, ttft)
-    finally:
-        errors.flush()
-    if report is not None:
-        if json_output:
-            typer.echo(json.dumps(report.to_dict(), indent=2))
-        else:
-            render_report(report, make_console())
-        if html is not None:
-            try:
-                size = html.write_text(render_html(report, [str(p) for p in paths]))
-                if not json_output:  # stdout stays one JSON document with --json
-                    typer.echo(f"HTML report: {html} ({size / 1024:.0f} KB of text)")
-            except OSError as exc:
-                errors.add(f"{html}: cannot write the HTML report: {exc.strerror or exc}")
-    if errors.count or report is None:
-        raise typer.Exit(EXIT_BAD_INPUT)
-
-
-def _audit_all(
-    records: list[Record],
-    provider: str | None,
-    model: str | None,
-    errors: Errors,
-    compare: bool = False,
-    ttft: float | None = None,
-) -> AuditReport | None:
-    """Audit ``records`` once; records the audit could not read are reported to ``errors``.
-
-    Returns None (after reporting) when the provider is invalid or no record was auditable.
-    """
-    try:
-        with _progress(len(records)) as progress:
-            report = run_audit(records, provider=provider, model=model, progress=progress, compare=compare, ttft=ttft)
-    except ConfigError as exc:
-        errors.add(str(exc))
-        return None
-    for err in report.errors:
-        errors.record(err)
-    log.info("audit.done", provider=report.provider, model=report.model, requests=len(records))
-    return report if report.turns else None
-
-
-@contextmanager
-def _progress(total: int) -> Iterator[Callable[[int], None] | None]:
-    """A progress callback drawing a bar on stderr, or None (few records, or stderr not a terminal)."""
-    if total <= PROGRESS_THRESHOLD or not sys.stderr.isatty():
-        yield None
-        return
-    columns = (TextColumn("auditing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("audit", total=total)
-
-        def advance(done: int) -> None:
-            bar.update(task, completed=done)
-
-        yield advance
 
 
 def main() -> None:
@@ -393,5 +261,6 @@ def proxy_command(
     serve(proxy_config, settings)
 
 
+app.command("audit")(audit_command)
 app.command("replay")(replay_command)
 app.command("plan")(plan_command)

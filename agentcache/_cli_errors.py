@@ -1,57 +1,87 @@
-"""The command line's bad-input reporting: one line per problem on stderr, exit code 2 at the end.
+"""The command line's bad-input reporting: errors one line each, bad records summed up per file.
 
-Every unreadable file, unknown format, malformed record or invalid option value becomes one line
-``agentcache: error: <file> record <n>: <what>``; a failure on one file or record (whatever raised it, a
-loader's own bug included) costs that file or record only, and the other inputs are still read.
+* An input the caller named that cannot be read at all (no such file, an unknown format, invalid JSON) is one
+  line ``agentcache: error: <file>: <what>`` and makes the exit code 2 at the end; the other inputs are still read.
+* Records (lines, events) of a readable file that cannot be read cost those records only: one line per file,
+  ``agentcache: warning: <file>: 3 of 1,530 records skipped (record 12: <what>)``, and with ``--verbose`` the first
+  few with their 0-based record (line) numbers. A log's last line still being written is not counted. They do
+  not change the exit code: what could be read is reported.
+* Nothing readable at all exits 2.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 import typer
 
 from ._exceptions import InputError
 from ._log import get_logger
-from .loaders import Record, load
 
-__all__ = ["EXIT_BAD_INPUT", "Errors", "fail", "load_all"]
+__all__ = ["EXAMPLES", "EXIT_BAD_INPUT", "Errors", "fail"]
 
 #: Exit code for bad input (files, records, option values), as for usage errors.
 EXIT_BAD_INPUT = 2
+#: Bad records listed per file with ``--verbose``.
+EXAMPLES = 5
 
 log = get_logger("agentcache.cli")
 
 #: Values people give boolean switches; a missing file of that name was meant as one.
-_SWITCH_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
+SWITCH_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "1", "0"})
 
 
 class Errors:
-    """Counts bad-input errors and prints each as one line on stderr. Errors about single records are held
-    until :meth:`flush`, which prints them in file and record order (loading finds some, the audit others)."""
+    """Counts errors (each printed at once as one line) and collects bad records per file, printed as one summary
+    line each by :meth:`flush`. ``verbose``: also list the first :data:`EXAMPLES` bad records of each file."""
 
-    def __init__(self) -> None:
+    def __init__(self, verbose: bool = False) -> None:
         self.count = 0
-        self._held: list[InputError] = []
+        self.verbose = verbose
+        self._held: dict[str, list[InputError]] = defaultdict(list)
+        self._totals: dict[str, int] = {}
 
     def add(self, message: str) -> None:
         """Print ``agentcache: error: <message>`` (newlines folded) and count it."""
         self.count += 1
-        one_line = " ".join(message.split("\n"))
-        typer.echo(f"agentcache: error: {one_line}", err=True)
+        typer.echo(f"agentcache: error: {' '.join(message.split())}", err=True)
 
-    def record(self, err: InputError) -> None:
-        """Count a bad record's error; printed by :meth:`flush`."""
-        self.count += 1
-        self._held.append(err)
+    def warn(self, message: str) -> None:
+        """Print ``agentcache: warning: <message>`` (not counted: the exit code stays)."""
+        typer.echo(f"agentcache: warning: {' '.join(message.split())}", err=True)
+
+    def record(self, err: InputError, total: int | None = None) -> None:
+        """Hold a bad record's error for its file's summary; ``total``: the records the file held, when known."""
+        source = err.source or "input"
+        self._held[source].append(err)
+        if total is not None:
+            self._totals[source] = total
+
+    def records(self, errors: Iterable[InputError], source: str, total: int) -> None:
+        """Hold every bad record of one file that held ``total`` records (good and bad)."""
+        self._totals[source] = total
+        for err in errors:
+            self._held[err.source or source].append(err)
 
     def flush(self) -> None:
-        """Print the held record errors, ordered by file (in argument order) and record index."""
-        files = {e.source: i for i, e in reversed(list(enumerate(self._held)))}
-        held, self._held = self._held, []
-        for err in sorted(held, key=lambda e: (files[e.source], -1 if e.record is None else e.record)):
-            self.count -= 1
-            self.add(str(err))
+        """Print one summary line per file with bad records (with ``verbose``, its first few), in file order."""
+        held, self._held = self._held, defaultdict(list)
+        for source, errs in held.items():
+            errs.sort(key=lambda e: -1 if e.record is None else e.record)
+            total = self._totals.get(source)
+            of = f" of {total:,}" if total is not None and total >= len(errs) else ""
+            first = errs[0]
+            where = f"record {first.record}: " if first.record is not None else ""
+            hint = "" if self.verbose else "; --verbose lists them"
+            noun = "record" if len(errs) == 1 and not of else "records"
+            self.warn(f"{source}: {len(errs):,}{of} {noun} skipped ({where}{first.reason}){hint}")
+            if self.verbose:
+                for err in errs[:EXAMPLES]:
+                    typer.echo(f"  record {err.record}: {' '.join(err.reason.split())}", err=True)
+                if len(errs) > EXAMPLES:
+                    typer.echo(f"  … {len(errs) - EXAMPLES:,} more", err=True)
 
 
 def fail(message: str) -> typer.Exit:
@@ -60,28 +90,8 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
-def load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: Errors) -> list[Record]:
-    """Records of every loadable file, in argument order; every problem goes to ``errors``."""
-    records: list[Record] = []
-    for path in paths:
-        if path.name.lower() in _SWITCH_WORDS and not path.exists():  # ``--json true FILE``: true is a path here
-            errors.add(f"{path}: no such file; switches take no value (write --json, not --json {path.name})")
-            continue
-        try:
-            result = load(path, fmt, tools_path=tools)
-        except InputError as exc:
-            errors.add(str(exc))
-            continue
-        except Exception as exc:  # a loader choking on unexpected input must not end the whole run
-            log.debug("load.failed", path=str(path), exc_info=True)
-            errors.add(f"{path}: cannot load ({type(exc).__name__}: {exc})")
-            continue
-        for err in result.errors:
-            errors.record(err)
-        if not result.records and not result.errors:
-            errors.add(f"{path}: no records to audit")
-        log.info(
-            "load.done", path=str(path), format=result.format, records=len(result.records), errors=len(result.errors)
-        )
-        records.extend(result.records)
-    return records
+def switch_word(path: Path) -> str | None:
+    """The error for a missing file named like a switch value (``--json true FILE``), else None."""
+    if path.name.lower() in SWITCH_WORDS and not path.exists():
+        return f"{path}: no such file; switches take no value (write --json, not --json {path.name})"
+    return None

@@ -11,7 +11,8 @@ from typing import Annotated
 import typer
 
 from ._cli_base import FormatChoice, engine_metavar, engine_option
-from ._cli_errors import EXIT_BAD_INPUT, Errors, fail, load_all
+from ._cli_errors import EXIT_BAD_INPUT, Errors, fail
+from ._cli_inputs import load_all
 from ._exceptions import ConfigError
 from ._install import install_hint
 from .analysis._render import make_console

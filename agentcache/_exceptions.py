@@ -26,12 +26,14 @@ class InputError(AgentCacheError, ValueError):
     """A recorded file or request body cannot be read.
 
     ``source`` names the file (or ``"<body>"``) and ``record`` the 0-based record within it,
-    when known, so the CLI can print a one-line error that points at the bad input.
+    when known, so the CLI can print a one-line error that points at the bad input; ``reason`` is the message
+    without them.
     """
 
     def __init__(self, message: str, *, source: str | None = None, record: int | None = None):
         self.source = source
         self.record = record
+        self.reason = message
         where = source or ""
         if record is not None:
             where = f"{where} record {record}" if where else f"record {record}"

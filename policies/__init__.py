@@ -8,7 +8,7 @@ from __future__ import annotations
 from .anchors import STRATEGIES, apply_strategy
 from .breakpoints import BreakpointPlan, PlanHints, plan_breakpoints
 from .cache_key import KeyPlanner, jump_hash
-from .ttl import KeepWarmDecision, TTLDecision, choose_ttl, long_gap_probability, plan_keep_warm
+from .ttl import KeepWarmDecision, TTLDecision, choose_ttl, expected_pause, long_gap_probability, plan_keep_warm
 
 __all__ = [
     "STRATEGIES",
@@ -19,6 +19,7 @@ __all__ = [
     "TTLDecision",
     "apply_strategy",
     "choose_ttl",
+    "expected_pause",
     "jump_hash",
     "long_gap_probability",
     "plan_breakpoints",

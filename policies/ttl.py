@@ -27,6 +27,7 @@ sending when ``k·r·(P+T) < (w5 − r)·(P+T)`` for the ``k`` refreshes needed 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -101,6 +102,13 @@ def choose_ttl(
         f"token-equivalents over the next turn ({prefix_tokens:,} cached + {new_tokens:,} new)"
     )
     return TTLDecision(ttl, p5, p1, prefix_tokens, new_tokens, c5, c1, reason)
+
+
+def expected_pause(times: Sequence[float], rules: AnthropicRules) -> float | None:
+    """The pause keep-warm plans for after a session's last request: the median of its past gaps (``times``: its
+    requests' times in seconds) longer than the 5m TTL; None when it has had no such pause (nothing to expect)."""
+    long = sorted(b - a for a, b in itertools.pairwise(times) if b - a > rules.ttl_5m_seconds)
+    return long[len(long) // 2] if long else None
 
 
 def plan_keep_warm(

@@ -15,7 +15,9 @@ from rich.console import Console
 from typer.testing import CliRunner, Result
 
 from agentcache import ArmMetrics, AuditReport, BreakRecord, ConfigError, SessionReport, audit
+from agentcache import _audit as audit_module
 from agentcache import _cli as cli
+from agentcache._cli_progress import progress_bar
 from agentcache._log import get_logger
 from agentcache._logging import configure_logging, reset_logging
 from agentcache.analysis._render import render_report
@@ -170,12 +172,15 @@ def test_unknown_format_file(tmp_path: Path) -> None:
 
 
 def test_jsonl_with_one_malformed_record(tmp_path: Path) -> None:
+    """A bad record costs that record: one warning line for its file, the rest audited, exit 0 (issue 21 item 6:
+    exit 2 only when nothing could be read)."""
     path = k01_jsonl(tmp_path, {2: {"session": "s", "api": "anthropic.messages", "body": "oops"}})
     result = invoke("audit", path, "--json")
-    assert result.exit_code == 2
+    assert result.exit_code == 0
     lines = error_lines(result)
     assert len(lines) == 1
-    assert f"{path} record 2:" in lines[0] and "body" in lines[0]
+    assert lines[0].startswith(f"agentcache: warning: {path}: 1 of 4 records skipped (record 2:")
+    assert "body" in lines[0] and lines[0].endswith("; --verbose lists them")
     doc = json.loads(result.stdout)
     assert doc["totals"]["as_sent"]["requests"] == 3
 
@@ -184,14 +189,15 @@ def test_malformed_body_found_by_the_audit(tmp_path: Path) -> None:
     """A record the loader accepts but the adapter rejects (no messages): reported, the rest audited."""
     path = k01_jsonl(tmp_path, {1: {"session": "s", "api": "anthropic.messages", "body": {"model": "x"}}})
     result = invoke("audit", path, "--json")
-    assert result.exit_code == 2
+    assert result.exit_code == 0
     lines = error_lines(result)
-    assert len(lines) == 1 and f"{path} record 1:" in lines[0] and "messages" in lines[0]
+    assert len(lines) == 1 and f"{path}: 1 of 4 records skipped (record 1:" in lines[0] and "messages" in lines[0]
     assert json.loads(result.stdout)["totals"]["as_sent"]["requests"] == 3
 
 
 def test_record_errors_are_printed_in_record_order(tmp_path: Path) -> None:
-    """The audit finds record 1's problem after loading found records 2 and 3's: printed 1, 2, 3."""
+    """The audit finds record 1's problem after loading found records 2 and 3's: one summary line for the file
+    names the first; ``--verbose`` lists 1, 2, 3."""
     path = k01_jsonl(
         tmp_path,
         {
@@ -201,9 +207,12 @@ def test_record_errors_are_printed_in_record_order(tmp_path: Path) -> None:
         },
     )
     result = invoke("audit", path, "--json")
-    assert result.exit_code == 2
+    assert result.exit_code == 0
     lines = error_lines(result)
-    assert [line.split(" record ")[1].split(":")[0] for line in lines] == ["1", "2", "3"]
+    assert len(lines) == 1 and f"{path}: 3 of 4 records skipped (record 1:" in lines[0]
+    verbose = error_lines(invoke("audit", path, "--json", "--verbose"))
+    assert verbose[0].endswith(")") and len(verbose) == 4
+    assert [line.split("record ")[1].split(":")[0] for line in verbose[1:]] == ["1", "2", "3"]
 
 
 def test_internal_failure_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -215,7 +224,7 @@ def test_internal_failure_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:
             raise RuntimeError("bug")
         return audit(records, **kw)
 
-    monkeypatch.setattr(cli, "run_audit", broken)
+    monkeypatch.setattr(audit_module, "audit", broken)
     with pytest.raises(RuntimeError, match="bug"):
         invoke("audit", K01, "--json")
 
@@ -311,11 +320,11 @@ def test_render_lists_at_most_20_breaks() -> None:
 
 
 def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    with cli._progress(5000) as progress:
+    with progress_bar(5000, "auditing") as progress:
         assert progress is None  # stderr is captured, not a terminal
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    with cli._progress(100) as progress:
+    with progress_bar(100, "auditing") as progress:
         assert progress is None  # too few records
-    with cli._progress(300) as progress:
+    with progress_bar(300, "auditing") as progress:
         assert progress is not None
         progress(150)

@@ -273,7 +273,7 @@ def test_engine_enum_values_are_the_canonical_spellings() -> None:
         (["audit", K01, "--provider", "gemini"], "Invalid value for '--provider': 'gemini' is not one of"),
         (["proxy", "--bogus"], "No such option: --bogus"),
         (["nonsense"], "No such command 'nonsense'."),
-        (["audit"], "Missing argument 'PATH'."),
+        (["audit", "--since", "yesterday"], "Invalid value for '--since': 'yesterday': expected a date"),
     ],
 )
 def test_usage_errors_start_with_one_error_line(args: list[str | Path], first: str) -> None:

@@ -86,7 +86,12 @@ class BreakRecord:
 class MissRecord:
     """A request where ``arm`` reused fewer tokens than it matched, for a cache-mechanics ``cause``.
     ``tokens_lost`` = matched − read. ``rejected``: the provider would refuse the request.
-    ``where``: the block or field concerned, when one applies."""
+    ``where``: the block or field concerned, when one applies.
+
+    From agents' own logs (reported usage, no bodies; :mod:`agentcache.analysis._inferred`) a miss is any loss of
+    the prefix the session had cached, its cause may be a break's name, and it also carries ``inferred`` (the cause
+    is what the log is consistent with, not a comparison of bytes), ``usd_lost`` (what the lost tokens cost beyond
+    reading them) and ``detail`` (the evidence: ``"7m 12s pause > 5m TTL"``)."""
 
     session: str
     request: int
@@ -95,10 +100,19 @@ class MissRecord:
     tokens_lost: int
     rejected: bool = False
     where: str | None = None
+    inferred: bool = False
+    usd_lost: float | None = None
+    detail: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON object."""
-        return asdict(self)
+        """JSON object (``inferred``, ``usd_lost`` and ``detail`` only for misses read from agents' logs)."""
+        out = asdict(self)
+        if self.usd_lost is None:
+            for key in ("inferred", "usd_lost", "detail"):
+                del out[key]
+        else:
+            out["usd_lost"] = round(self.usd_lost, 6)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,13 +246,20 @@ class TurnRecord:
 @dataclass(slots=True)
 class SessionReport:
     """Per-session metrics for each arm; ``parent`` (a subagent's parent session key) and ``lineage`` (its root's)
-    when the door knows them (the proxy's live report), in the JSON only when set."""
+    when the door knows them (the proxy's live report, agents' logs), in the JSON only when set. From agents' logs
+    also the ``client``, its ``project``, the ``model`` (or ``mixed``), when it ``started`` (unix seconds) and the
+    USD its misses lost (``usd_lost``)."""
 
     session: str
     requests: int = 0
     arms: dict[str, ArmMetrics] = field(default_factory=lambda: {a: ArmMetrics() for a in ARMS})
     parent: str | None = None
     lineage: str | None = None
+    client: str | None = None
+    project: str | None = None
+    model: str | None = None
+    started: float | None = None
+    usd_lost: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON object."""
@@ -247,13 +268,21 @@ class SessionReport:
             out["parent"] = self.parent
         if self.lineage is not None and self.lineage != self.session:
             out["lineage"] = self.lineage
+        for key in ("client", "project", "model", "started"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.client is not None:
+            out["usd_lost"] = round(self.usd_lost, 6)
         out["arms"] = {a: m.to_dict() for a, m in self.arms.items()}
         return out
 
 
 @dataclass(slots=True)
 class AuditReport:
-    """The result of an audit (see the module docstring for its JSON form)."""
+    """The result of an audit (see the module docstring for its JSON form). ``mode``: ``simulated`` (recorded
+    requests with their bodies, replayed through simulated caches) or ``reported`` (agents' own logs: the usage
+    the provider reported, the ``agentcache`` arm's what-if, causes inferred; then also ``sources``, ``causes`` and
+    ``groups``: :mod:`agentcache.analysis._report_logs`)."""
 
     provider: str
     model: str
@@ -266,6 +295,11 @@ class AuditReport:
     models: list[ModelRecord] = field(default_factory=list)
     provider_misses: list[ProviderMissRecord] = field(default_factory=list)
     simulator_errors: list[SimErrorRecord] = field(default_factory=list)
+    mode: str = "simulated"
+    groups: dict[str, list[Any]] = field(default_factory=dict)
+    causes: list[Any] = field(default_factory=list)
+    sources: list[Any] = field(default_factory=list)
+    spend: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document, with exactly the documented top-level keys (``simulator_error`` only when the
@@ -282,4 +316,10 @@ class AuditReport:
         }
         if self.simulator_errors:
             out["simulator_error"] = simulator_error_summary(self.simulator_errors)
+        if self.mode == "reported":  # agents' own logs: reported usage, causes inferred (docs/audit.md)
+            out["mode"] = self.mode
+            out["sources"] = [s.to_dict() for s in self.sources]
+            out["spend"] = {k: round(v, 6) for k, v in self.spend.items()}
+            out["causes"] = [c.to_dict() for c in self.causes]
+            out["groups"] = {by: [row.to_dict() for row in rows] for by, rows in self.groups.items()}
         return out

@@ -112,14 +112,16 @@ def load_paths(
     until: float | None = None,
     project: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    files: list[tuple[Path, bool]] | None = None,
 ) -> Inputs:
     """Read every input (see the module docstring). ``format`` applies to every file (no detection); a file of
     a searched directory that no format claims is counted in ``unrecognised``. ``progress(done, total)`` is
-    called after each file. Never raises for bad input: each file's problem is in its :class:`FileRead`."""
+    called after each file. ``files``: the inputs already expanded (:func:`expand`), instead of ``paths``. Never
+    raises for bad input: each file's problem is in its :class:`FileRead`."""
     from agentcache.loaders import load  # the one per-file loader; imported here: it imports this module's peers
 
     inputs = Inputs()
-    files = expand(paths)
+    files = expand(paths) if files is None else files
     usage: list[tuple[float, int, UsageRecord]] = []
     for n, (path, explicit) in enumerate(files):
         fmt = format

@@ -52,19 +52,19 @@ class UsageRecord:
     Codex rollouts, opencode and Qwen Code sessions keep the provider's usage, not what was sent).
 
     ``session``: the conversation the call belongs to (the agent's own session id; a subagent's is
-    ``<parent>/<agent id>``), unique across clients. ``client``: the agent that wrote the log (``claude-code``,
-    ``codex``, ``opencode``, ``qwen-code``). ``api``: the wire API whose usage semantics ``usage`` was read with
-    (:class:`~agentcache.model._types.Api` values; it names the provider whose cache served the call).
-    ``usage``: the reported usage, normalised once by the core's one usage parser
-    (:func:`~agentcache.model._usage.normalize_usage`; Anthropic ``input_tokens`` is the uncached remainder,
-    OpenAI's the whole prompt, both become ``prompt_tokens = read + write + uncached``). ``model``: the model
-    the call used. ``at``: when the call was logged, unix seconds (UTC), None when the log has no time.
-    ``call_id``: the key that identifies the call across files (Claude Code ``message.id`` + ``requestId``; a
-    resumed session's copy of an old call has the same key, so each call counts once). ``parent``: the parent
-    session of a subagent, else None. ``project``: the working directory or project the log names, else None.
-    ``kind``: see :data:`CallKind`. ``events``: what the log recorded in the session since its previous call
-    (:data:`EVENTS`). ``diagnosis``: the provider's own cache-miss reason when the log kept it (in ``usage``).
-    ``source``/``index``: file and 0-based line of the record, for messages.
+    ``<parent>/<agent id>``), unique across clients. ``client``: the format of the log that held it, which names
+    the agent that wrote it (``claude-code``, ``codex``, ``opencode``, ``qwen-code``: the ``LogFormat.name``).
+    ``api``: the wire API whose usage semantics ``usage`` was read with (:class:`~agentcache.model._types.Api`
+    values; it names the provider whose cache served the call). ``usage``: the reported usage, normalised once by
+    the core's one usage parser (:func:`~agentcache.model._usage.normalize_usage`; Anthropic ``input_tokens`` is
+    the uncached remainder, OpenAI's the whole prompt, both become ``prompt_tokens = read + write + uncached``).
+    ``model``: the model the call used. ``at``: when the call was logged, unix seconds (UTC), None when the log
+    has no time. ``call_id``: the key that identifies the call across files (Claude Code ``message.id`` +
+    ``requestId``; a resumed session's copy of an old call has the same key, so each call counts once).
+    ``parent``: the parent session of a subagent, else None. ``project``: the working directory or project the
+    log names, else None. ``kind``: see :data:`CallKind`. ``events``: what the log recorded in the session since
+    its previous call (:data:`EVENTS`). The provider's own cache-miss diagnosis, when the log kept it, is in
+    ``usage.diagnosis``. ``source``/``index``: file and 0-based line of the record, for messages.
     """
 
     session: str

@@ -6,6 +6,11 @@ Two kinds (see ``docs/design.md``, "Why reuse was lost"):
   static prefix, another session in the same cache scope) sent before;
 * a **miss** is a cache-mechanics loss on bytes that did match.
 
+Two more names exist only for causes inferred from agents' own logs, which keep the usage of each call but not
+what was sent (docs/design.md, "Users' own data"): ``session.resumed`` (a break at the first call of a new
+process: ``--continue``, ``--resume`` or a restart rebuilt the prompt) and ``unexplained`` (reads fell and
+nothing in the log says why: an honest "unknown" rather than a guess).
+
 The strings are part of the public contract (JSON reports, logs, metrics): never rename them.
 """
 
@@ -45,6 +50,9 @@ class Cause(StrEnum):
     CACHE_KEY_CHANGED = "cache_key.changed"
     WRITE_IN_FLIGHT = "write.in_flight"
 
+    SESSION_RESUMED = "session.resumed"
+    UNEXPLAINED = "unexplained"
+
     @property
     def is_break(self) -> bool:
         """True for a prefix divergence, False for a cache-mechanics miss."""
@@ -77,6 +85,8 @@ TTL_EXPIRED: Final = Cause.TTL_EXPIRED
 BELOW_MINIMUM: Final = Cause.BELOW_MINIMUM
 CACHE_KEY_CHANGED: Final = Cause.CACHE_KEY_CHANGED
 WRITE_IN_FLIGHT: Final = Cause.WRITE_IN_FLIGHT
+SESSION_RESUMED: Final = Cause.SESSION_RESUMED
+UNEXPLAINED: Final = Cause.UNEXPLAINED
 
 BREAK_CAUSES: Final[tuple[Cause, ...]] = (
     TOOLS_REORDERED,
@@ -97,6 +107,7 @@ BREAK_CAUSES: Final[tuple[Cause, ...]] = (
     OPTIONS_TOOL_CHOICE,
     OPTIONS_THINKING,
     OPTIONS_OTHER,
+    SESSION_RESUMED,
 )
 MISS_CAUSES: Final[tuple[Cause, ...]] = (
     MARKERS_MISSING,
@@ -107,6 +118,8 @@ MISS_CAUSES: Final[tuple[Cause, ...]] = (
     CACHE_KEY_CHANGED,
     WRITE_IN_FLIGHT,
 )
+#: Causes only an inference from agents' logs names (no request body to compare).
+INFERRED_CAUSES: Final[tuple[Cause, ...]] = (SESSION_RESUMED, UNEXPLAINED)
 
 #: Breaks whose new bytes mean the same as the old ones: agentcache re-sends the old bytes.
 REPAIRABLE_BREAKS: Final[frozenset[Cause]] = frozenset(

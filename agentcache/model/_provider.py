@@ -37,6 +37,7 @@ __all__ = [
     "OPENAI_REASONS",
     "ProviderDiagnosis",
     "ProviderMiss",
+    "cause_of",
     "compare",
     "expected_reasons",
     "read_diagnosis",
@@ -185,3 +186,27 @@ def reason_label(provider: str, reason: str) -> str:
     """``reason`` as a bounded metrics label value: a documented reason of ``provider``, else ``other``."""
     known = ANTHROPIC_REASONS if provider == "anthropic" else OPENAI_REASONS
     return reason if reason in known else "other"
+
+
+#: A provider reason → the agentcache cause it names (for logs that kept the provider's diagnosis but no body).
+_CAUSE_OF = {
+    ("anthropic", "model_changed"): "options.model",
+    ("anthropic", "system_changed"): "system.changed",
+    ("anthropic", "tools_changed"): "tools.changed",
+    ("anthropic", "messages_changed"): "messages.edited",
+    ("openai", "model_changed"): "options.model",
+    ("openai", "tools_changed"): "tools.changed",
+    ("openai", "input_changed"): "messages.edited",
+    ("openai", "context_compacted"): "messages.compacted",
+    ("openai", "prompt_cache_key_changed"): "cache_key.changed",
+    ("openai", "reasoning_effort_changed"): "options.thinking",
+    ("openai", "text_format_changed"): "options.other",
+    ("openai", "verbosity_changed"): "options.other",
+    ("openai", "service_tier_changed"): "options.other",
+}
+
+
+def cause_of(diagnosis: ProviderDiagnosis) -> str | None:
+    """The agentcache cause the provider's reason names (``messages_changed`` → ``messages.edited``), or None
+    when the reason names no divergence (``none``, ``cache_hit``, ``unavailable``, a baseline not found)."""
+    return _CAUSE_OF.get((diagnosis.provider, diagnosis.reason))

@@ -19,7 +19,7 @@ from ..model._provider import ANTHROPIC_BETA
 from ..model._rules import anthropic_rules
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
-from ..policies import KeepWarmDecision, PlanHints, choose_ttl, plan_breakpoints, plan_keep_warm
+from ..policies import KeepWarmDecision, PlanHints, choose_ttl, expected_pause, plan_breakpoints, plan_keep_warm
 from ..simulate import AnthropicSimulator, Concurrency, Simulator
 from ._base import PlanInput, Target, TargetPlan
 
@@ -93,11 +93,9 @@ class AnthropicTarget(Target):
         of the session's past gaps longer than the 5m TTL); None when nothing is cached or no pause is expected."""
         rules = anthropic_rules(self.model or sent.model)
         if expected_gap is None:
-            gaps = [b - a for a, b in itertools.pairwise(times)]
-            long = sorted(g for g in gaps if g > rules.ttl_5m_seconds)
-            if not long:
+            expected_gap = expected_pause(times, rules)
+            if expected_gap is None:
                 return None
-            expected_gap = long[len(long) // 2]
         marks = sent.markers()
         if not marks:
             return None

@@ -1,0 +1,63 @@
+"""Reading the command line's inputs: files, directories and globs through :func:`agentcache.loaders.load_paths`,
+with a progress bar on a terminal, and every problem reported the :mod:`agentcache._cli_errors` way (an unreadable
+named input: one error line; bad records: one summary line per file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._cli_errors import Errors, switch_word
+from ._cli_progress import progress_bar
+from ._log import get_logger
+from .loaders import Record
+from .loaders._paths import Inputs, expand, load_paths
+
+__all__ = ["load_all", "load_inputs"]
+
+log = get_logger("agentcache.cli")
+
+
+def load_inputs(
+    paths: list[Path],
+    fmt: str | None,
+    tools: str | None,
+    errors: Errors,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    project: str | None = None,
+) -> Inputs:
+    """Everything ``paths`` hold (see :func:`~agentcache.loaders.load_paths`); problems go to ``errors``."""
+    named: list[Path] = []
+    for path in paths:
+        if (message := switch_word(path)) is not None:
+            errors.add(message)
+        else:
+            named.append(path)
+    files = expand(named)
+    with progress_bar(len(files), "reading", threshold=20) as bar:
+        progress = (lambda done, _total: bar(done)) if bar is not None else None
+        inputs = load_paths(
+            named, fmt, tools_path=tools, since=since, until=until, project=project, progress=progress, files=files
+        )
+    explicit = {p for p, is_named in files if is_named}
+    for read in inputs.files:
+        if read.error is not None:
+            errors.add(str(read.error))
+            continue
+        total = read.records + read.usage_records + len(read.errors)
+        errors.records(read.errors, str(read.path), total)
+        if read.path in explicit and total == 0:
+            errors.add(f"{read.path}: no records to audit")
+        log.info("load.done", path=str(read.path), format=read.format, records=total, errors=len(read.errors))
+    return inputs
+
+
+def load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: Errors) -> list[Record]:
+    """The recorded requests (with bodies) of ``paths``, for the commands that replay or plan them; a file that
+    holds only agents' usage logs (no request bodies) is one error line."""
+    inputs = load_inputs(paths, fmt, tools, errors)
+    for read in inputs.files:
+        if read.usage_records and not read.records:
+            errors.add(f"{read.path}: a {read.format} log keeps no request bodies: it can be audited, not replayed")
+    return inputs.records

@@ -1,0 +1,113 @@
+"""The parts of an audit report that only agents' own logs give (reported usage, no bodies): breakdown tables
+(per day, project, model, client), the misses summed per cause with what agentcache would have saved on them, and
+the logs that were read. JSON forms in docs/audit.md ("Audit JSON")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._report import ArmMetrics
+
+__all__ = ["BY", "FIXES", "SPEND", "CauseRow", "GroupRow", "SourceRow"]
+
+#: The breakdowns an audit of agents' logs can show (``--by``), in the order reports list them (``session`` is the
+#: report's own session list; the others are its ``groups``).
+BY = ("day", "project", "model", "client", "session")
+
+
+#: What to do about each cause a log audit names (shown beside it; ``fix`` in the JSON).
+FIXES: dict[str, str] = {
+    "ttl.expired": "keep-warm across pauses (agentcache proxy with keep_warm = true), or a 1h TTL for long pauses",
+    "messages.compacted": "each compaction writes a new prompt: compact less often, or before a pause, not after",
+    "session.resumed": "a new process rebuilt the prompt: resume within the TTL, keep volatile text (dates, git "
+    "status) out of the system prompt",
+    "options.model": "a cache is per model: switch models between tasks, not within one",
+    "unexplained": "the log keeps no request bodies: run the agent through `agentcache proxy --record DIR` and "
+    "audit DIR for the byte-level cause",
+}
+
+#: The parts of the input bill a log audit splits the reported spend into (``spend`` in the JSON, USD).
+SPEND = (
+    "reads",
+    "writes.session_start",
+    "writes.subagent_start",
+    "writes.new_turns",
+    "writes.rewrites",
+    "uncached",
+)
+
+
+@dataclass(slots=True)
+class GroupRow:
+    """One row of a breakdown: the calls whose ``by`` value (a UTC day ``2026-11-30``, a project, a model, a
+    client) is ``key``: how many ``sessions`` they belong to, each arm's totals, and the USD the reported misses
+    among them lost (``usd_lost``)."""
+
+    by: str
+    key: str
+    sessions: int = 0
+    arms: dict[str, ArmMetrics] = field(default_factory=dict)
+    usd_lost: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object: ``key``, ``sessions``, ``usd_lost``, ``arms``."""
+        return {
+            "key": self.key,
+            "sessions": self.sessions,
+            "usd_lost": round(self.usd_lost, 6),
+            "arms": {a: m.to_dict() for a, m in self.arms.items()},
+        }
+
+
+@dataclass(slots=True)
+class CauseRow:
+    """The reported misses of one ``cause``: how many (``misses``), the ``tokens_lost`` and ``usd_lost``, how many
+    the provider itself named (``diagnosed``: the others are ``inferred``), and what the ``agentcache`` arm saved on
+    those calls (``saved_usd``, and by lever: ``saved_by`` ``{"keep_warm": usd, "ttl": usd}``; negative when a
+    policy cost more than it saved)."""
+
+    cause: str
+    misses: int = 0
+    tokens_lost: int = 0
+    usd_lost: float = 0.0
+    diagnosed: int = 0
+    saved_usd: float = 0.0
+    saved_by: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object."""
+        return {
+            "cause": self.cause,
+            "misses": self.misses,
+            "inferred": self.misses - self.diagnosed,
+            "tokens_lost": self.tokens_lost,
+            "usd_lost": round(self.usd_lost, 6),
+            "saved_usd": round(self.saved_usd, 6),
+            "saved_by": {k: round(v, 6) for k, v in self.saved_by.items()},
+            "fix": FIXES.get(self.cause),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRow:
+    """What was read of one agent's logs: the ``client``, the ``roots`` given or found, the ``files`` read, the
+    ``calls`` they held (each once), the ``sessions`` and the ``lines`` skipped as unreadable (``errors``)."""
+
+    client: str
+    roots: tuple[str, ...]
+    files: int
+    calls: int
+    sessions: int
+    errors: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON object."""
+        return {
+            "client": self.client,
+            "roots": list(self.roots),
+            "files": self.files,
+            "calls": self.calls,
+            "sessions": self.sessions,
+            "errors": self.errors,
+        }
