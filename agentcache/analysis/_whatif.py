@@ -133,9 +133,7 @@ def _plan(times: list[float], prefix: int, ttl_s: float, rules: AnthropicRules) 
     return _Plan(decision, prefix) if decision.send else None
 
 
-def _ttl(
-    reported: CacheUsage, usage: CacheUsage, gaps: list[float] | None, rules: AnthropicRules, policy: str
-) -> str:
+def _ttl(reported: CacheUsage, usage: CacheUsage, gaps: list[float] | None, rules: AnthropicRules, policy: str) -> str:
     """The TTL of the call's writes: the client's 1h kept (``reported`` all 1h); else the policy's choice from the
     pauses so far, for the prefix the call reads and the tokens it writes under the policies (``usage``)."""
     if reported.cache_write_tokens and reported.cache_write_1h_tokens == reported.cache_write_tokens:
