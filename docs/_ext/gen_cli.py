@@ -12,8 +12,10 @@ INTRO = """Every command and option, generated from the command line itself when
 
 """
 
+TYPER_DOCS = ["-m", "typer", "agentcache._cli", "utils", "docs", "--name", "agentcache", "--title", "Command line"]
+
 docs = subprocess.run(
-    [sys.executable, "-m", "typer", "agentcache._cli", "utils", "docs", "--name", "agentcache", "--title", "Command line"],
+    [sys.executable, *TYPER_DOCS],
     check=True,
     capture_output=True,
     text=True,
