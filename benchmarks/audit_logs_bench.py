@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _claude_corpus import Corpus, Shape, write_corpus  # noqa: E402
+from _claude_corpus import Corpus, Shape, write_corpus
 
 DEFAULT_CCUSAGE = Path.home() / ".cache" / "agentcache" / "npm-peers" / "node_modules" / ".bin" / "ccusage"
 
