@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentcache.loaders import _codex
 from agentcache.loaders._agentlog import LogRead
 
 __all__ = ["LOG_FORMATS", "LogFormat"]
@@ -47,4 +48,6 @@ class LogFormat:
 
 
 #: Every agent log format agentcache reads, in detection order.
-LOG_FORMATS: tuple[LogFormat, ...] = ()
+LOG_FORMATS: tuple[LogFormat, ...] = (
+    LogFormat("codex", "Codex CLI", _codex.read_codex, _codex.sniff_lines, default_roots=_codex.default_roots),
+)
