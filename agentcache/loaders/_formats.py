@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentcache.loaders import _codex
+from agentcache.loaders import _codex, _opencode
 from agentcache.loaders._agentlog import LogRead
 
 __all__ = ["LOG_FORMATS", "LogFormat"]
@@ -50,4 +50,12 @@ class LogFormat:
 #: Every agent log format agentcache reads, in detection order.
 LOG_FORMATS: tuple[LogFormat, ...] = (
     LogFormat("codex", "Codex CLI", _codex.read_codex, _codex.sniff_lines, default_roots=_codex.default_roots),
+    LogFormat(
+        "opencode",
+        "opencode",
+        _opencode.read_opencode,
+        sniff_path=_opencode.sniff_path,
+        default_roots=_opencode.default_roots,
+        suffixes=(".db", ".json"),
+    ),
 )
