@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentcache.loaders import _codex, _opencode
+from agentcache.loaders import _codex, _opencode, _qwen
 from agentcache.loaders._agentlog import LogRead
 
 __all__ = ["LOG_FORMATS", "LogFormat"]
@@ -58,4 +58,5 @@ LOG_FORMATS: tuple[LogFormat, ...] = (
         default_roots=_opencode.default_roots,
         suffixes=(".db", ".json"),
     ),
+    LogFormat("qwen-code", "Qwen Code", _qwen.read_qwen, _qwen.sniff_lines, default_roots=_qwen.default_roots),
 )
