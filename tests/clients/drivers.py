@@ -18,6 +18,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 #: (scenario, prompt, continues the previous conversation). True conversations: fresh and both continues are one
 #: (two follow-ups: Claude Code re-sends older prompts as strings from the second on), the second fresh run
@@ -187,6 +188,33 @@ class OpenCode(Client):
     def command(self, prompt: str, resume: bool) -> list[str]:
         cont = ["--continue"] if resume else []
         return [self.executable(), "run", *cont, prompt]
+
+
+class QwenCode(Client):
+    """``qwen`` one-shot (a positional prompt) in OpenAI Chat Completions mode (``--auth-type openai``, the
+    ``OPENAI_*`` variables), or Anthropic Messages mode with ``auth = "anthropic"`` (``ANTHROPIC_*``); its home is
+    ``~/.qwen`` under the run's home. ``--approval-mode yolo`` runs tools without asking. Not in :data:`CLIENTS`
+    (the proxy comparisons there do not cover it yet)."""
+
+    name = "qwen-code"
+    binary = "qwen"
+    route = "chat"
+    auth = "openai"
+    models: ClassVar[dict[str, str]] = {"openai": "qwen3-coder-plus", "anthropic": "claude-sonnet-4-5"}
+
+    def env(self, base_url: str) -> dict[str, str]:
+        env = super().env(base_url)
+        env["QWEN_CODE_SUPPRESS_YOLO_WARNING"] = "1"
+        if self.auth == "anthropic":
+            env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY=API_KEY_ANTHROPIC)
+        else:
+            env.update(OPENAI_BASE_URL=f"{base_url}/v1", OPENAI_API_KEY=API_KEY_OPENAI)
+        return env
+
+    def command(self, prompt: str, resume: bool) -> list[str]:
+        cont = ["--continue"] if resume else []
+        model = ["--auth-type", self.auth, "--model", self.models[self.auth]]
+        return [self.executable(), *model, "--approval-mode", "yolo", *cont, prompt]
 
 
 CLIENTS: dict[str, type[Client]] = {c.name: c for c in (ClaudeCode, Codex, OpenCode)}

@@ -7,6 +7,8 @@ the conversation's newest prompt (the last user message that is not a tool resul
 * ``agentcache-script:shell`` — call the client's shell tool once (``echo agentcache-ok``), then answer in text;
 * ``agentcache-script:task`` — call the client's subagent tool once with the prompt ``agentcache-script:shell``
   (so the subagent loops too), then answer in text;
+* ``agentcache-script:fork`` — the same, asking for a subagent that inherits the conversation (Codex
+  ``fork_context``, Qwen Code ``subagent_type: "fork"``; a client without forks gets a plain subagent);
 * anything else — answer in text at once.
 
 Answers, tool-call ids and response ids are a function of the prompt and the number of tool results after it, so a
@@ -46,10 +48,10 @@ DIRECTIVE = re.compile(r"agentcache-script:(\w+)")
 SHELL_COMMAND = "echo agentcache-ok"
 AGENT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 SUBAGENT_PROMPT = "Run this and report the output. agentcache-script:shell"
-#: Tool names by role, as the three clients name them (Claude Code 2.1: Bash/Agent, older Task; Codex: shell,
-#: shell_command, exec_command, spawn_agent; opencode: bash/task).
-SHELL_TOOLS = ("Bash", "bash", "shell_command", "exec_command", "shell")
-SUBAGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent")
+#: Tool names by role, as the clients name them (Claude Code 2.1: Bash/Agent, older Task; Codex: shell,
+#: shell_command, exec_command, spawn_agent; opencode: bash/task; Qwen Code 0.24: run_shell_command/agent).
+SHELL_TOOLS = ("Bash", "bash", "shell_command", "exec_command", "shell", "run_shell_command")
+SUBAGENT_TOOLS = ("Agent", "Task", "task", "spawn_agent", "agent")
 
 
 @dataclass
@@ -162,11 +164,19 @@ def _shell_arguments(name: str) -> dict[str, Any]:
     return {"command": SHELL_COMMAND, "description": "Print a marker"}
 
 
-def _subagent_arguments(name: str) -> dict[str, Any]:
+def _subagent_arguments(name: str, fork: bool = False) -> dict[str, Any]:
     if name == "spawn_agent":
-        return {"message": SUBAGENT_PROMPT}
+        return {"message": SUBAGENT_PROMPT, "fork_context": True} if fork else {"message": SUBAGENT_PROMPT}
     if name == "task":
         return {"description": "Run a marker", "prompt": SUBAGENT_PROMPT, "subagent_type": "general"}
+    if name == "agent":  # Qwen Code runs subagents in the background unless told otherwise
+        kind = "fork" if fork else "general-purpose"
+        return {
+            "description": "Run a marker",
+            "prompt": SUBAGENT_PROMPT,
+            "subagent_type": kind,
+            "run_in_background": False,
+        }
     return {"description": "Run a marker", "prompt": SUBAGENT_PROMPT, "subagent_type": "general-purpose"}
 
 
@@ -177,14 +187,16 @@ def plan(route: str, body: dict[str, Any]) -> Plan:
     directive = match.group(1) if match else ""
     key = _digest(route, prompt, str(results))
     tools = _tool_names(body)
-    if results == 0 and directive in ("shell", "task"):
+    if results == 0 and directive in ("shell", "task", "fork"):
         wanted = SHELL_TOOLS if directive == "shell" else SUBAGENT_TOOLS
         for name in wanted:
             if name in tools:
-                args = _shell_arguments(name) if directive == "shell" else _subagent_arguments(name)
+                args = (
+                    _shell_arguments(name) if directive == "shell" else _subagent_arguments(name, directive == "fork")
+                )
                 return Plan(key, tool=name, arguments=args, namespace=tools[name])
     agent = AGENT_ID.search(last)
-    if results == 1 and directive == "task" and "wait_agent" in tools and agent:
+    if results == 1 and directive in ("task", "fork") and "wait_agent" in tools and agent:
         # Codex's spawn_agent returns at once: wait for the subagent so its requests happen inside the run.
         args = {"targets": [agent.group(0)], "timeout_ms": 60_000}
         return Plan(key, tool="wait_agent", arguments=args, namespace=tools["wait_agent"])
