@@ -10,9 +10,10 @@ a subagent (``spawn_agent``) and one that forks the conversation into it (``fork
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +63,11 @@ STEPS = (
 
 
 @pytest.fixture(scope="module")
-def gen() -> Generated:
+def gen() -> Iterator[Generated]:
     require("codex")
     home = Path(tempfile.mkdtemp(prefix="agentcache-codex-logs-"))
-    return generate(CodexWith(home), STEPS, lambda h, since, s: shift_jsonl(_rollouts(h), since, s))
+    yield generate(CodexWith(home), STEPS, lambda h, since, s: shift_jsonl(_rollouts(h), since, s))
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _rollouts(home: Path) -> list[Path]:

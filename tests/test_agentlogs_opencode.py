@@ -12,9 +12,11 @@ a run that delegates to a subagent (``task``), and ``run --continue --fork`` of 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -82,10 +84,11 @@ STEPS = (
 
 
 @pytest.fixture(scope="module")
-def gen() -> Generated:
+def gen() -> Iterator[Generated]:
     require("opencode")
     home = Path(tempfile.mkdtemp(prefix="agentcache-opencode-logs-"))
-    return generate(OpenCodeWith(home), STEPS, lambda h, since, s: shift_opencode(_db(h), since, s))
+    yield generate(OpenCodeWith(home), STEPS, lambda h, since, s: shift_opencode(_db(h), since, s))
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _db(home: Path) -> Path:

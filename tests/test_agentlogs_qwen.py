@@ -10,8 +10,10 @@ one that forks (``subagent_type: "fork"``), and a fresh run in Anthropic mode.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,10 +46,11 @@ STEPS = (
 
 
 @pytest.fixture(scope="module")
-def gen() -> Generated:
+def gen() -> Iterator[Generated]:
     require("qwen")
     home = Path(tempfile.mkdtemp(prefix="agentcache-qwen-logs-"))
-    return generate(QwenCode(home), STEPS, lambda h, since, s: shift_jsonl(_logs(h), since, s))
+    yield generate(QwenCode(home), STEPS, lambda h, since, s: shift_jsonl(_logs(h), since, s))
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _projects(home: Path) -> Path:
