@@ -176,5 +176,10 @@ def test_subagents_groups_and_json() -> None:
     assert sum(doc["spend"].values()) == pytest.approx(doc["totals"]["reported"]["cost_usd"], abs=1e-6)
 
 
+def test_a_compaction_run_is_its_compaction() -> None:
+    calls = [call(0, 0, 0, 20_000), call(1, 20, 0, 0, uncached=21_000, kind="compaction")]
+    assert infer_losses(calls)[1].cause == "messages.compacted"
+
+
 def test_duration_words() -> None:
     assert [duration(s) for s in (42, 60, 432, 3600, 3780)] == ["42s", "1m", "7m 12s", "1h", "1h 03m"]

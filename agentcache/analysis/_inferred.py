@@ -10,7 +10,8 @@ and its cause is inferred from what the log does show, in this order:
 1. the provider's own diagnosis, when the log kept it (Anthropic ``diagnostics.cache_miss_reason``, OpenAI
    ``prompt_cache_diagnostics``; :func:`~agentcache.model._provider.cause_of`): not inferred;
 2. the call used another model than the one before (``options.model``: a cache is per model);
-3. the log recorded a compaction since the last call (``messages.compacted``);
+3. the log recorded a compaction since the last call, or the call is itself a compaction run, whose request is
+   the conversation re-framed for summarising (``messages.compacted``);
 4. the pause since the last call exceeded the TTL of the entry it needed (``ttl.expired``; the TTL is read from the
    usage: a call whose writes are all 1h leaves a 1h entry, any 5m write a 5m tail; OpenAI's in-memory retention);
 5. a new process took the session over (``session.resumed``: ``--continue``, ``--resume``, a restart);
@@ -142,6 +143,8 @@ def _why(
         return OPTIONS_MODEL, "options", f"model {prev.model} → {call.model}", True
     if "compacted" in call.events:
         return MESSAGES_COMPACTED, "messages", "the log records a compaction before this call", True
+    if call.kind == "compaction":
+        return MESSAGES_COMPACTED, "messages", "a compaction run: the conversation re-sent to be summarised", True
     if gap is not None and ttl is not None and gap > ttl:
         return TTL_EXPIRED, None, f"{duration(gap)} pause > {duration(ttl)} TTL", True
     if "resumed" in call.events:

@@ -150,11 +150,18 @@ def load_paths(
     return inputs
 
 
+#: Suffixes of the formats read as JSON text: a file found in a directory with another suffix (a database) is
+#: claimed by an agent format or passed over, never read whole to sniff it.
+_JSON_SUFFIXES = frozenset({".jsonl", ".json", ".traj"})
+
+
 def _claimed(path: Path) -> str | None:
     """The format of a file found in a directory, or None when no format claims it (never raises)."""
     try:
         fmt = log_format(path)
-        return fmt if fmt is not None else sniff(path)[0]
+        if fmt is not None or path.suffix.lower() not in _JSON_SUFFIXES:
+            return fmt
+        return sniff(path)[0]
     except InputError:
         return None
 
