@@ -112,3 +112,9 @@ class UsageTap:
             return None
         self._acc.add_body(doc)
         return self._acc.usage
+
+    def wire(self) -> dict[str, Any] | None:
+        """The response's usage-bearing fields as the wire had them (see
+        :meth:`~agentcache.model._usage_stream.UsageAccumulator.wire`), once :meth:`result` has read the last chunk;
+        None when nothing could be read."""
+        return self._acc.wire() if self._ok else None

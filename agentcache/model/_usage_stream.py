@@ -31,6 +31,8 @@ TERMINAL_EVENTS: Mapping[str, frozenset[str]] = {
     "openai.responses": frozenset({"response.completed", "response.incomplete", "response.failed"}),
 }
 _DONE = TERMINAL_EVENTS["openai.chat"]
+#: The fields of a whole response body that :meth:`UsageAccumulator.wire` keeps.
+_WIRE_KEYS = ("id", "usage", "diagnostics", "prompt_cache_diagnostics", "timings", "meta_info")
 #: Per api, the bytes the SSE ``data:`` payload of a terminal event holds (JSON escaping keeps text from matching).
 _SSE_END = {
     a: tuple(b"[DONE]" if k == "[DONE]" else f'"{k}"'.encode() for k in sorted(t)) for a, t in TERMINAL_EVENTS.items()
@@ -148,12 +150,28 @@ class UsageAccumulator:
         try:
             if self._has_body:
                 return normalize_usage(self._body, self.api)
-            parts = {"usage": self._usage, "timings": self._timings, "meta_info": self._meta}
-            doc: dict[str, Any] = {k: v for k, v in parts.items() if v is not None}
-            if not doc:
-                return None
-            if self._usage is not None:
-                doc.update(self._diag, **({"id": self._id} if self._id is not None else {}))
-            return normalize_usage(doc, self.api)
+            doc = self._stream_doc()
+            return normalize_usage(doc, self.api) if doc is not None else None
         except Exception:  # never raises
             return None
+
+    def wire(self) -> dict[str, Any] | None:
+        """The response's usage-bearing fields as the wire had them (``id``, ``usage``, the provider's
+        diagnostics, llama.cpp ``timings``, SGLang ``meta_info``): a response object :func:`normalize_usage` reads
+        as it reads the whole response; for a stream, assembled from its events as :attr:`usage` reads them. None
+        when nothing was read (or the body was no JSON object)."""
+        if not self._has_body:
+            return self._stream_doc()
+        body = self._body
+        if not isinstance(body, dict):
+            return None
+        return {k: body[k] for k in _WIRE_KEYS if k in body} or None
+
+    def _stream_doc(self) -> dict[str, Any] | None:
+        parts = {"usage": self._usage, "timings": self._timings, "meta_info": self._meta}
+        doc: dict[str, Any] = {k: v for k, v in parts.items() if v is not None}
+        if not doc:
+            return None
+        if self._usage is not None:
+            doc.update(self._diag, **({"id": self._id} if self._id is not None else {}))
+        return doc
