@@ -177,6 +177,27 @@ def test_jsonl_bad_line_reported(tmp_path: Path) -> None:
     assert result.records[0].api == "anthropic.messages"
 
 
+def test_jsonl_parents_and_the_proxys_recorded_lines(tmp_path: Path) -> None:
+    """``parent`` is read into ``meta``; a line ``recorded_by`` the proxy keeps its session ids as written (one
+    session spans the proxy's rotated files), any other gets the file stem, its parent too."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    lines = [
+        {"session": "a/sub", "parent": "a", "api": "openai.chat", "body": body},
+        {"recorded_by": "agentcache-proxy/0.1.0", "session": "S/a1", "parent": "S", "api": "openai.chat", "body": body},
+        {"recorded_by": "agentcache-proxy/0.1.0", "session": "S", "api": "openai.chat", "body": body},
+        {"session": "b", "parent": "", "api": "openai.chat", "body": body},
+    ]
+    path = tmp_path / "day-1.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    result = load(path)
+    assert [(r.session, r.meta) for r in result.records] == [
+        ("day-1/a/sub", {"parent": "day-1/a"}),
+        ("S/a1", {"parent": "S"}),
+        ("S", {}),
+    ]
+    assert [(e.record, str(e)) for e in result.errors] == [(3, f"{path} record 3: 'parent' must be a non-empty string")]
+
+
 def test_chat_list(tmp_path: Path) -> None:
     msgs = [
         {"role": "system", "content": "s"},

@@ -1,12 +1,15 @@
 """JSONL request logs.
 
 Shape: one JSON object per line, ``{"session": str, "api": one of APIS, "at"?: number, "body": {...},
-"usage"?: {...}, "response"?: {...}}`` (``response``: the whole response object; its ``usage`` is the record's
-usage when ``usage`` is absent). Lines are split on newlines only (JSON strings may hold U+2028); blank lines are
-skipped. A malformed line (invalid JSON, nested too deeply, a lone surrogate, a wrong shape; or anything that
-makes reading it fail) becomes an :class:`InputError` with ``record`` = its 0-based line index (also the
-record's ``index``); the other lines still load. Sessions are prefixed with the file stem:
-``<stem>/<session>``.
+"usage"?: {...}, "response"?: {...}, "parent"?: str}`` (``response``: the whole response object; its ``usage`` is
+the record's usage when ``usage`` is absent; ``parent``: the session a subagent's session belongs to, read into
+``Record.meta["parent"]``); other fields are ignored. Lines are split on newlines only (JSON strings may hold
+U+2028); blank lines are skipped. A malformed line (invalid JSON, nested too deeply, a lone surrogate, a wrong
+shape; or anything that makes reading it fail) becomes an :class:`InputError` with ``record`` = its 0-based line
+index (also the record's ``index``); the other lines still load. Sessions (and parents) are prefixed with the file
+stem: ``<stem>/<session>``, except on lines with a ``recorded_by`` string: those of ``agentcache proxy --record``
+(:mod:`agentcache.proxy._record`), whose session ids are the proxy's own and span its rotated files, so they are
+kept as written.
 """
 
 from __future__ import annotations
@@ -48,14 +51,19 @@ def parse_line(path: Path, line: str, index: int) -> Record:
         raise ValueError("'response' must be an object")
     if usage is None and response is not None and isinstance(response.get("usage"), dict):
         usage = response["usage"]
+    parent = obj.get("parent")
+    if parent is not None and (not isinstance(parent, str) or not parent):
+        raise ValueError("'parent' must be a non-empty string")
+    recorded = isinstance(obj.get("recorded_by"), str)  # the proxy's ids: one session across its rotated files
     return Record(
-        session=session_id(path, session),
+        session=session if recorded else session_id(path, session),
         api=str(api),
         body=body,
         at=None if at is None else float(at),
         usage=usage,
         source=str(path),
         index=index,
+        meta={} if parent is None else {"parent": parent if recorded else session_id(path, parent)},
         response=response,
     )
 
