@@ -175,6 +175,12 @@ def serve_command(
     raise typer.Exit(code)
 
 
+_RECORD_HELP = (
+    "Record each pipeline request (as received and as sent, its session, usage, timings; never API keys) to JSONL "
+    "files in DIR for 'agentcache audit DIR'. They hold your prompts: DIR is owner-only (0700, files 0600)."
+)
+
+
 @app.command("proxy")
 def proxy_command(
     upstream: Annotated[
@@ -225,6 +231,13 @@ def proxy_command(
     coalesce_timeout: Annotated[
         float | None, typer.Option(help="Most seconds one such hold lasts (default 3; AGENTCACHE_COALESCE_TIMEOUT).")
     ] = None,
+    record: Annotated[Path | None, typer.Option("--record", metavar="DIR", help=_RECORD_HELP)] = None,
+    record_max_mb: Annotated[
+        float | None, typer.Option(help="--record: new file past this many MB (default 64).")
+    ] = None,
+    record_max_total_mb: Annotated[
+        float | None, typer.Option(help="--record: delete the oldest files past this many MB in all (default 1024).")
+    ] = None,
 ) -> None:
     """Run the drop-in proxy: point ANTHROPIC_BASE_URL / OPENAI_BASE_URL (…/v1) at it."""
     try:
@@ -245,7 +258,14 @@ def proxy_command(
             redis_url=redis_url,
             max_body_bytes=max_body_bytes,
             idle_timeout=idle_timeout,
+            record_dir=record,
+            record_max_mb=record_max_mb,
+            record_max_total_mb=record_max_total_mb,
         )
+        if proxy_config.record_dir is not None:  # a directory it cannot write: said now, not on every request
+            from .proxy._record_files import prepare_dir
+
+            prepare_dir(proxy_config.record_dir)
     except ConfigError as exc:
         raise fail(str(exc)) from None
     except Exception as exc:  # a config file no reader anticipated: still one line, never a traceback

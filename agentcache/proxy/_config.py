@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .._config import build, invalid, read_toml
@@ -52,6 +52,10 @@ DEFAULT_MAX_STATE_MB = 256
 DEFAULT_INDEX_CHECKPOINTS = 64
 #: A match inside a session's history (not on its last request) must cover this many messages.
 DEFAULT_MIN_INNER_MATCH = 2
+#: ``record_dir``: a recording file is rotated before it grows past this many MiB ...
+DEFAULT_RECORD_MAX_MB = 64.0
+#: ... and the oldest files are deleted while all of them hold more than this many MiB.
+DEFAULT_RECORD_MAX_TOTAL_MB = 1024.0
 
 
 def is_loopback(host: str) -> bool:
@@ -79,6 +83,9 @@ class ProxyConfig(BaseSettings):
     ``max_body_bytes``: the largest request body on every path, pipeline or relayed (413 beyond).
     ``simulate``: run the provider simulators on live traffic for the ``as_sent``/``agentcache`` arms.
     ``max_sessions``/``max_state_mb``: live sessions kept per process, by count and by estimated memory.
+    ``record_dir``: write every pipeline request to JSONL files there, for ``agentcache audit``
+    (:mod:`agentcache.proxy._record`; the files hold prompts); ``record_max_mb``: rotate a file before it grows past
+    this; ``record_max_total_mb``: delete the oldest files while all hold more (at least ``record_max_mb``).
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTCACHE_PROXY_", extra="ignore", frozen=True)
@@ -119,6 +126,9 @@ class ProxyConfig(BaseSettings):
     simulate: bool = True
     report_max_sessions: int = Field(default=10_000, gt=0)
     report_max_records: int = Field(default=2_000, gt=0)
+    record_dir: Path | None = None
+    record_max_mb: float = Field(default=DEFAULT_RECORD_MAX_MB, gt=0)
+    record_max_total_mb: float = Field(default=DEFAULT_RECORD_MAX_TOTAL_MB, gt=0)
 
     @field_validator("engine")
     @classmethod
@@ -136,6 +146,14 @@ class ProxyConfig(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected {' or '.join(UPSTREAMS)}, or an http(s) URL such as http://127.0.0.1:30000")
         return value.rstrip("/")
+
+    @field_validator("record_max_total_mb")
+    @classmethod
+    def _check_record_total(cls, value: float, info: ValidationInfo) -> float:
+        per_file = info.data.get("record_max_mb")
+        if per_file is not None and value < per_file:
+            raise ValueError(f"expected at least record_max_mb ({per_file:g}): the file being written is kept")
+        return value
 
     @property
     def upstream_url(self) -> str:

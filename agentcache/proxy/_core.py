@@ -10,7 +10,8 @@ agentcache's own (including an unreachable shared store) sends the client's orig
 and is logged and counted (fail open); once the upstream has answered, nothing of agentcache's may lose the
 answer (its own headers are valid field values, and one that is not would be left out, see
 :class:`~agentcache.proxy._forward.UpstreamResponse`). Every request is counted once, under the status the
-client got. Relayed paths stream the body both ways, also within ``max_body_bytes``.
+client got. Relayed paths stream the body both ways, also within ``max_body_bytes``. With ``--record``, each
+answered pipeline request is queued as one line after its last byte (:mod:`agentcache.proxy._record`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..session import Turn
 from ..session._coalesce import Ticket
 from ._errors import Style, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
+from ._record import exchange_of
 from ._sessions import header_value, identity_of, tenant_of
 from ._state import ProxyState
 
@@ -175,6 +177,15 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         await _finish(
             state, route, provider, model, turn, tenant, upstream.status_code, started, outcome, close_after, ticket
         )
+        if state.recorder is not None:  # after the last byte: the line never delays the response
+            try:
+                line = exchange_of(
+                    turn, api=api, route=route, headers=request.headers, body=raw, sent=content, at=now,
+                    status=upstream.status_code, url=req.url, started=started, outcome=outcome, tap=tap,
+                )  # fmt: skip
+                state.recorder.submit(line)
+            except Exception as exc:
+                state.fail_open("record", exc)
 
     return UpstreamResponse(
         upstream,

@@ -28,6 +28,11 @@ metric                                                  labels / meaning
 ``agentcache_proxy_stale_commits_total``                responses for a closed or older generation (ignored)
 ``agentcache_proxy_live_sessions``                      sessions this process holds
 ``agentcache_proxy_keep_warm_requests_total``           ``outcome``: ``sent`` (2xx), ``failed``, ``dropped``
+``agentcache_proxy_record_lines_total``                 ``outcome`` (``--record``, :mod:`~agentcache.proxy._record`):
+                                                        ``written``; ``dropped`` (the write queue was full);
+                                                        ``failed`` (the write failed: disk full, permissions...);
+                                                        ``skipped`` (not recorded: answered with no 2xx, or no
+                                                        session because agentcache failed open on it)
 ======================================================  ==========================================================
 
 and, on the same registry, the turn-level ones every door shares (:class:`~agentcache.PrometheusSink`, defined
@@ -111,6 +116,13 @@ class ProxyMetrics:
         self.keep_warm = Counter(
             "keep_warm_requests",
             "Keep-warm requests (settings keep_warm): sent (2xx), failed, or dropped (session moved on or closed)",
+            ["outcome"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.record_lines = Counter(
+            "record_lines",
+            "Pipeline requests the recorder (--record) wrote, dropped (queue full), failed to write, or skipped",
             ["outcome"],
             namespace=ns,
             registry=reg,

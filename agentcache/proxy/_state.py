@@ -1,6 +1,7 @@
 """The proxy's process-wide state: config, the one pooled upstream client, the session manager (the same
 :class:`~agentcache.Sessions` core every door drives, over the in-memory or Redis store), the target each
-request's session plans for, metrics, the live report, and the background work (idle sweeps, keep-warm).
+request's session plans for, metrics, the live report, the background work (idle sweeps, keep-warm) and the
+``--record`` writer.
 
 :meth:`ProxyState.startup` creates the ``httpx.AsyncClient`` (and connects the store); :meth:`shutdown` closes
 them. The starlette lifespan calls both; tests may use ``async with state.running():``.
@@ -30,6 +31,7 @@ from ._errors import Style, error_response, upstream_failure
 from ._keepwarm import KeepWarmer
 from ._live import SIM_PREFIX_BYTES, LiveReport
 from ._metrics import ProxyMetrics, model_label
+from ._record import Recorder
 from ._transport import CLOSES_AFTER_STREAM, ShardedTransport, UpstreamClient, env_proxy
 
 __all__ = ["ProxyState"]
@@ -81,6 +83,8 @@ class ProxyState:
         self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.keep_warm = KeepWarmer(lambda: self.client, self._keep_warm_sent)
+        #: ``--record``'s writer (:mod:`agentcache.proxy._record`), or None.
+        self.recorder = Recorder.from_config(config, self.metrics.record_lines)
 
     @property
     def store(self) -> Any:
@@ -173,6 +177,8 @@ class ProxyState:
             )
             self.report.engine = EngineArm(c.upstream_url, client=arm_client)
         self._sweeper = asyncio.create_task(self._sweep_loop())
+        if self.recorder is not None:
+            self.recorder.start()
 
     async def shutdown(self) -> None:
         """Stop the sweeper, close what this process alone holds, wait for pending posts, release clients."""
@@ -189,6 +195,8 @@ class ProxyState:
                 await sink.aflush(5.0)
         if self._background:
             await asyncio.wait(set(self._background), timeout=5.0)
+        if self.recorder is not None:  # after the last response: its line is queued
+            await asyncio.to_thread(self.recorder.close)
         if self.report.engine is not None:
             await self.report.engine.aclose()
         if hasattr(self.store, "aclose"):
