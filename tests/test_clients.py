@@ -12,13 +12,18 @@ and parents, inference that never switches conversations, ``role: "system"`` sha
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import pytest
+from typer.testing import CliRunner
 
+from agentcache import _cli as cli
 from tests.clients.drivers import CLIENTS, SCENARIOS, find_binary
 from tests.clients.fake_upstream import unmarked
 from tests.clients.harness import (
@@ -31,6 +36,7 @@ from tests.clients.harness import (
     markers,
     masked,
     run_trace,
+    write_offline,
 )
 
 _HOME = Path(tempfile.mkdtemp(prefix="agentcache-clients-"))
@@ -46,7 +52,7 @@ def runs(request: pytest.FixtureRequest) -> tuple[Trace, Trace]:
             pytest.fail(message)
         pytest.skip(message)
     home = _HOME / name  # the same path for both runs: clients embed their working directory in prompts
-    return run_trace(name, "direct", home), run_trace(name, "proxy", home)
+    return run_trace(name, "direct", home), run_trace(name, "proxy", home, record_dir=_HOME / f"{name}-record")
 
 
 def _by_label(trace: Trace) -> dict[str, list[Exchange]]:
@@ -174,3 +180,45 @@ def test_no_break_the_client_did_not_cause(runs: tuple[Trace, Trace]) -> None:
     assert proxied.report["breaks"] is not None
     for brk in proxied.report["breaks"]:
         assert break_is_client_caused(proxied, brk), brk
+
+
+def _audit_json(paths: list[Path]) -> dict[str, Any]:
+    result = CliRunner().invoke(cli.app, ["audit", *map(str, paths), "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+def test_recording_audits_as_the_traffic(runs: tuple[Trace, Trace], tmp_path: Path) -> None:
+    """``agentcache proxy --record DIR`` (issue 21, item 5): one line per generation request the client sent, side
+    requests (titles, quota checks) included, with the body as the client sent it and as the proxy forwarded it;
+    ``agentcache audit`` on the recording equals the audit of the same traffic captured in front of the proxy and
+    audited offline (every arm's totals, every session, break and miss), sessions and parents as the proxy named
+    them."""
+    _, proxied = runs
+    assert proxied.record_dir is not None
+    files = sorted(proxied.record_dir.glob("*.jsonl"))
+    lines = [json.loads(ln) for f in files for ln in f.read_text().splitlines()]
+
+    def key(session: str, body: Any) -> tuple[str, str]:
+        return session, json.dumps(body, sort_keys=True)
+
+    sent = sorted(key(unquote(ex.session or ""), ex.sent.body) for ex in proxied.exchanges)
+    assert sorted(key(ln["session"], ln["body"]) for ln in lines) == sent
+    forwarded = sorted(
+        key(unquote(ex.session or ""), ex.forwarded.body if ex.forwarded else None) for ex in proxied.exchanges
+    )
+    assert sorted(key(ln["session"], ln["sent"]) for ln in lines) == forwarded
+    assert all(ln["status"] == 200 and ln["outcome"] == "complete" and "usage" in ln for ln in lines)
+    sessions = {unquote(ex.session or "") for ex in proxied.exchanges}
+    parents = {ln["session"]: ln.get("parent") for ln in lines}
+    assert parents == {sid: proxied.parents.get(sid) for sid in sessions} and any(parents.values())
+
+    traffic = tmp_path / "traffic.jsonl"
+    assert write_offline(proxied, traffic) == len(lines)
+    recorded, offline = _audit_json(files), _audit_json([traffic])
+    assert recorded["totals"]["as_sent"]["requests"] == len(lines)
+    assert recorded["totals"]["reported"]["prompt_tokens"] > 0
+    assert {s["session"] for s in recorded["sessions"]} == sessions
+    # the offline file's sessions are "traffic/<session>" (no recorded_by): the same once the stem is dropped
+    assert json.loads(json.dumps(offline).replace('"traffic/', '"')) == recorded

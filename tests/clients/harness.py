@@ -16,10 +16,12 @@ import json
 import re
 import shutil
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 from starlette.applications import Starlette
@@ -29,6 +31,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from agentcache._log import capture_logs
+from agentcache.model._bodytap import UsageTap
 from agentcache.proxy import ProxyConfig, create_app
 from tests.clients.drivers import CLIENTS, SCENARIOS, RunOutput
 from tests.clients.fake_upstream import FakeUpstream, Recorded, serve, unmarked
@@ -41,13 +44,26 @@ _GENERATION = ("messages", "responses", "chat")
 
 @dataclass
 class Exchange:
-    """One generation request as the client sent it, and what the proxy made of it (proxied runs)."""
+    """One generation request as the client sent it, and what the proxy made of it (proxied runs): when the
+    recorder in front got it (``at``, unix seconds) and the response it relayed back (``answer``)."""
 
     scenario: str
     label: str  # the true conversation: "<scenario>:main" | "<scenario>:sub" | "<scenario>:side"
     sent: Recorded
     forwarded: Recorded | None = None
     session: str | None = None  # x-agentcache-session
+    seq: int = -1  # the recorder's number
+    at: float | None = None
+    answer: Answer | None = None
+
+
+@dataclass
+class Answer:
+    """A response as the client got it: status, content type and body bytes."""
+
+    status: int
+    content_type: str
+    body: bytearray
 
 
 @dataclass
@@ -60,6 +76,7 @@ class Trace:
     exchanges: list[Exchange] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
     parents: dict[str, str | None] = field(default_factory=dict)  # session id -> parent session id
+    record_dir: Path | None = None  # the proxy's --record directory
 
 
 class Recorder:
@@ -69,6 +86,8 @@ class Recorder:
         self.target = target
         self.sent: dict[int, Recorded] = {}
         self.sessions: dict[int, str | None] = {}
+        self.at: dict[int, float] = {}
+        self.answers: dict[int, Answer] = {}
         self._seq = 0
         self._lock = threading.Lock()
         self.client = httpx.AsyncClient(base_url=target, timeout=httpx.Timeout(120.0))
@@ -77,10 +96,12 @@ class Recorder:
         )
 
     async def handle(self, request: Request) -> Response:
+        at = time.time()
         raw = await request.body()
         with self._lock:
             seq = self._seq
             self._seq += 1
+        self.at[seq] = at
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -94,8 +115,11 @@ class Recorder:
         self.sessions[seq] = upstream.headers.get("x-agentcache-session")
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
 
+        answer = self.answers[seq] = Answer(upstream.status_code, upstream.headers.get("content-type", ""), bytearray())
+
         async def body_iter() -> AsyncIterator[bytes]:
             async for chunk in upstream.aiter_raw():
+                answer.body += chunk  # kept as it passes: a client may hang up after the terminal event
                 yield chunk
 
         return StreamingResponse(
@@ -124,12 +148,13 @@ def _generation(recs: list[Recorded]) -> list[Recorded]:
     return [r for r in recs if r.route in _GENERATION or r.path.endswith(("/messages", "/responses", "/completions"))]
 
 
-def run_trace(client: str, mode: str, home: Path) -> Trace:
-    """Run the four scenarios of ``client`` in ``mode`` with a fresh ``home`` (emptied first)."""
+def run_trace(client: str, mode: str, home: Path, record_dir: Path | None = None) -> Trace:
+    """Run the four scenarios of ``client`` in ``mode`` with a fresh ``home`` (emptied first); a proxied run
+    records its traffic in ``record_dir`` (``agentcache proxy --record``, emptied first) when given."""
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     driver = CLIENTS[client](home)
-    trace = Trace(client, mode)
+    trace = Trace(client, mode, record_dir=record_dir)
     with serve(FakeUpstream()) as (fake, fake_url):
         if mode == "direct":
             for scenario, prompt, resume in SCENARIOS:
@@ -138,7 +163,9 @@ def run_trace(client: str, mode: str, home: Path) -> Trace:
                 for rec in _generation(fake.requests[start:]):
                     trace.exchanges.append(Exchange(scenario, label(client, scenario, rec), rec))
             return trace
-        app = create_app(ProxyConfig(upstream=fake_url), settings=settings())
+        if record_dir is not None:
+            shutil.rmtree(record_dir, ignore_errors=True)
+        app = create_app(ProxyConfig(upstream=fake_url, record_dir=record_dir), settings=settings())
         with capture_logs() as logs, ServerThread(app) as proxy:
             recorder = Recorder(proxy.url)
             with ServerThread(recorder.app) as front:
@@ -151,14 +178,44 @@ def run_trace(client: str, mode: str, home: Path) -> Trace:
                         fwd = forwarded.get(seq)
                         if fwd is None or fwd.route not in _GENERATION:
                             continue
-                        ex = Exchange(scenario, label(client, scenario, sent), sent, fwd, recorder.sessions.get(seq))
+                        ex = Exchange(
+                            scenario, label(client, scenario, sent), sent, fwd, recorder.sessions.get(seq), seq=seq
+                        )
                         trace.exchanges.append(ex)
                 trace.report = httpx.get(f"{proxy.url}/agentcache/v1/report", timeout=30).json()
+            for ex in trace.exchanges:  # the front server is stopped: every response was relayed in full
+                ex.at, ex.answer = recorder.at[ex.seq], recorder.answers.get(ex.seq)
         for line in logs:
             if line.get("event") == "proxy.request" and isinstance(line.get("session_signal"), dict):
                 sig = line["session_signal"]
                 trace.parents[sig["session_id"]] = sig.get("parent")
     return trace
+
+
+_APIS = {"messages": "anthropic.messages", "responses": "openai.responses", "chat": "openai.chat"}
+
+
+def write_offline(trace: Trace, path: Path) -> int:
+    """A proxied run's generation requests as audit JSONL, from the recorder in front of the proxy: each request as
+    the client sent it, when the recorder got it, the session the proxy named (``x-agentcache-session``) and its
+    parent (the proxy's log), and the usage of the response the client got. No ``recorded_by``: the loader names
+    its sessions ``<stem>/<session>``. Returns the number of lines."""
+    lines = []
+    for ex in trace.exchanges:
+        assert ex.forwarded is not None and ex.session is not None
+        sid = unquote(ex.session, errors="surrogatepass")
+        api = _APIS[ex.forwarded.route]
+        line: dict[str, Any] = {"session": sid, "api": api, "at": ex.at, "body": ex.sent.body}
+        if parent := trace.parents.get(sid):
+            line["parent"] = parent
+        if ex.answer is not None and 200 <= ex.answer.status < 300:
+            tap = UsageTap(api, ex.answer.content_type)
+            tap.feed(ex.answer.body)
+            if tap.result() is not None and (wire := tap.wire()) is not None:
+                line["response"] = wire
+        lines.append(json.dumps(line) + "\n")
+    path.write_text("".join(lines))
+    return len(lines)
 
 
 # --- comparing requests ---
