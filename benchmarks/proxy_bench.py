@@ -27,6 +27,13 @@ With ``--fanout``, runs only the fan-out figures (``benchmarks/_fanout_bench.py`
 sent at once through the proxy with coalescing on and off, the upstream's first byte after ``--ttft`` seconds
 (default 0.6): requests held, hold-time distribution, write tokens saved, latency.
 
+With ``--record``, also runs two more agentcache proxies, each in its own process and serving one target:
+``agentcache --record`` (``--record DIR``, a temporary directory, default rotation) and ``agentcache control`` (the
+same without ``--record``): what writing every request to disk adds, against a process like it (two processes of the
+same proxy differ by about a fifth on a small VM, so ``agentcache`` itself, whose process also serves the relay
+target, is no fair baseline). Lines are written by a thread after the response's last byte: a cost shows as CPU the
+event loop shares, not as a wait.
+
 With ``--memory``, also runs 20,000 requests over 2,000 new sessions through the agentcache proxy (10 rounds of
 2,000) and reports its RSS before and after each round (``/proc/PID/status`` VmRSS).
 """
@@ -398,6 +405,7 @@ def main() -> None:
     )
     parser.add_argument("--breakdown-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--fanout", action="store_true", help="only the fan-out figures: coalescing, hold times")
+    parser.add_argument("--record", action="store_true", help="also a proxy recording every request (--record)")
     parser.add_argument("--ttft", type=float, default=0.6, help="--fanout: upstream seconds to first byte")
     args = parser.parse_args()
     if args.serve_upstream:
@@ -411,6 +419,7 @@ def main() -> None:
         return
     up_port, ac_port, ll_port = _free_port(), _free_port(), _free_port()
     procs: list[subprocess.Popen[bytes]] = []
+    record_dir = tempfile.mkdtemp(prefix="agentcache-bench-record-") if args.record else None
     try:
         procs.append(_start([sys.executable, __file__, "--serve-upstream", str(up_port)], up_port))
         ac = _start(
@@ -434,6 +443,15 @@ def main() -> None:
             ))  # fmt: skip
             targets["baseline relay"] = (base_port, "/relay/v1/messages")
             targets["baseline"] = (base_port, "/v1/messages")
+        if record_dir is not None:
+            for name, extra in (("agentcache control", []), ("agentcache --record", ["--record", record_dir])):
+                port = _free_port()
+                procs.append(_start(
+                    [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up_port}",
+                     "--port", str(port), *extra],
+                    port,
+                ))  # fmt: skip
+                targets[name] = (port, "/v1/messages")
         exe = _litellm(args.litellm)
         if exe:
             env = {"ANTHROPIC_API_BASE": f"http://127.0.0.1:{up_port}", "ANTHROPIC_API_KEY": "sk-fake",
@@ -465,6 +483,8 @@ def main() -> None:
             p.terminate()
         for p in procs:
             p.wait(timeout=20)
+        if record_dir is not None:
+            shutil.rmtree(record_dir, ignore_errors=True)
 
 
 def _fanout_only(args: argparse.Namespace) -> None:
@@ -505,6 +525,13 @@ def _markdown(r: dict[str, Any]) -> str:
             ours = level["agentcache"]["total"]["p50"] - d["total"]["p50"]
             theirs = level["baseline"]["total"]["p50"] - d["total"]["p50"]
             lines.append(f"| {streams} | agentcache added / baseline added | | | | | | | p50 {ours / theirs:.2f} | |")
+        if "agentcache --record" in level:
+            ratios = []
+            for q in ("p50", "p99"):
+                plain = level["agentcache control"]["total"][q] - d["total"][q]
+                rec = level["agentcache --record"]["total"][q] - d["total"][q]
+                ratios.append(f"{q} {rec / plain:.2f}" if plain > 0 else f"{q} n/a")
+            lines.append(f"| {streams} | --record added / control added | | | | | | | {ratios[0]} | {ratios[1]} |")
         if "litellm" in level:
             a, ll = level["agentcache"], level["litellm"]
             ratios = []
