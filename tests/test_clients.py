@@ -216,7 +216,7 @@ def test_recording_audits_as_the_traffic(runs: tuple[Trace, Trace], tmp_path: Pa
 
     traffic = tmp_path / "traffic.jsonl"
     assert write_offline(proxied, traffic) == len(lines)
-    recorded, offline = _audit_json(files), _audit_json([traffic])
+    recorded, offline = _audit_json([proxied.record_dir]), _audit_json([traffic])
     assert recorded["totals"]["as_sent"]["requests"] == len(lines)
     assert recorded["totals"]["reported"]["prompt_tokens"] > 0
     assert {s["session"] for s in recorded["sessions"]} == sessions

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from agentcache import _cli as cli
 from agentcache._log import capture_logs
 from agentcache.loaders import load
+from agentcache.loaders._paths import load_paths
 from agentcache.model._usage import normalize_usage
 from agentcache.proxy import ProxyConfig, ProxyState, _record_files
 from agentcache.proxy._sessions import tenant_of
@@ -143,7 +144,7 @@ def test_audit_of_the_recording_equals_the_audit_of_the_traffic(tmp_path: Path) 
     asyncio.run(scenario())
     offline = tmp_path / "traffic.jsonl"
     offline.write_text("".join(json.dumps(line) + "\n" for line in traffic))
-    recorded = _audit(*sorted((tmp_path / "rec").iterdir()))
+    recorded = _audit(tmp_path / "rec")  # the directory, as a user runs it
     assert recorded["totals"]["as_sent"]["requests"] == len(traffic) == 6
     assert recorded["totals"]["reported"]["cache_read_tokens"] > 0
     assert {(b["session"], b["request"], b["cause"]) for b in recorded["breaks"]} == {("conv", 2, "system.changed")}
@@ -170,6 +171,7 @@ def test_rotation_keeps_one_session_across_files_and_the_total_under_its_cap(tmp
     assert count(state, "written") == 12
     records = [r for f in files for r in load(f).records]
     assert {r.session for r in records} == {"c"}  # one session, whatever file it is in
+    assert load_paths([tmp_path]).records == records  # the directory, as `agentcache audit DIR` reads it
     kept = [len(r.body["messages"]) for r in records]
     assert kept == list(range(23 - 2 * (len(kept) - 1), 24, 2))  # the newest requests, in order: the oldest went
     assert all(f.name.startswith("agentcache-proxy-") and f.suffix == ".jsonl" for f in files)
