@@ -124,7 +124,7 @@ def audit(
             i = counts.get(rec.session, 0)
             if rec.response is not None:
                 _provider_miss(rec, i, turn.prepared.divergence, provider_misses)
-            ledger.record(rec.session, i, turn.prepared, usage=usage)
+            ledger.record(rec.session, i, turn.prepared, usage=usage, parent=_parent(rec))
         except (InputError, ConfigError) as exc:  # one bad record never stops the audit
             errors.append(InputError(str(exc), source=rec.source or None, record=rec.index))
             continue

@@ -64,14 +64,13 @@ WORDS = (
 )
 MODELS = ("claude-sonnet-4-6", "claude-opus-4-8")
 TOOLS_TOKENS, SYSTEM_TOKENS = 14_000, 6_000
-CHARS_PER_TOKEN = 4
 
 
 @dataclass
 class Shape:
     """How the corpus looks: ``sessions`` main sessions over ``days`` days; user turns per session; tool calls per
     turn; tool output size (tokens); the share of sessions on 1h TTLs, that spawn subagents, that switch models;
-    compaction above ``compact_at`` prompt tokens."""
+    compaction above ``compact_at`` prompt tokens; ``text_per_token`` characters written per token counted."""
 
     sessions: int = 20
     days: int = 3
@@ -82,6 +81,7 @@ class Shape:
     subagent_share: float = 0.3
     model_switch_share: float = 0.1
     compact_at: int = 120_000
+    text_per_token: float = 4.0  # characters of text written per token counted (the sample writes less text)
     seed: int = 7
     start: float = 1_796_000_000.0
 
@@ -104,8 +104,10 @@ class _Cache:
 class _Writer:
     """Lines of one transcript file."""
 
-    def __init__(self, path: Path, session: str, cwd: str, rng: random.Random, agent: str | None = None) -> None:
-        self.path, self.session, self.cwd, self.rng, self.agent = path, session, cwd, rng, agent
+    def __init__(
+        self, path: Path, session: str, cwd: str, rng: random.Random, agent: str | None = None, chars: float = 4.0
+    ) -> None:
+        self.path, self.session, self.cwd, self.rng, self.agent, self.chars = path, session, cwd, rng, agent, chars
         self.lines: list[dict[str, Any]] = []
         self.parent: str | None = None
 
@@ -120,7 +122,7 @@ class _Writer:
         return line
 
     def text(self, tokens: int) -> str:
-        words = max(1, tokens * CHARS_PER_TOKEN // 6)
+        words = max(1, int(tokens * self.chars) // 6)
         return " ".join(self.rng.choice(WORDS) for _ in range(words))
 
     def user(self, at: float, tokens: int, tool_id: str | None = None) -> None:
@@ -257,7 +259,8 @@ def _calls(w: _Writer, s: _Session, cache: _Cache, t: float, n: int, shape: Shap
 def _subagent(root: Path, parent: _Writer, model: str, cache: _Cache, t: float, shape: Shape, out: Corpus) -> None:
     rng = parent.rng
     agent = f"a{rng.getrandbits(64):016x}"
-    w = _Writer(root / parent.session / "subagents" / f"agent-{agent}.jsonl", parent.session, parent.cwd, rng, agent)
+    path = root / parent.session / "subagents" / f"agent-{agent}.jsonl"
+    w = _Writer(path, parent.session, parent.cwd, rng, agent, shape.text_per_token)
     s = _Session(model, 300.0, 9_000, f"{model}/subagent")
     prompt = rng.randint(100, 600)
     w.user(t, prompt)
@@ -272,7 +275,7 @@ def _session(root: Path, shape: Shape, rng: random.Random, cache: _Cache, start:
     sid = str(uuid.UUID(int=rng.getrandbits(128)))
     cwd = rng.choice(PROJECTS)
     folder = root / cwd.replace("/", "-")
-    w = _Writer(folder / f"{sid}.jsonl", sid, cwd, rng)
+    w = _Writer(folder / f"{sid}.jsonl", sid, cwd, rng, chars=shape.text_per_token)
     model = rng.choice(MODELS)
     s = _Session(model, 3600.0 if rng.random() < shape.one_hour_share else 300.0, TOOLS_TOKENS + SYSTEM_TOKENS, model)
     t = start
@@ -313,3 +316,15 @@ def write_corpus(root: Path, shape: Shape | None = None) -> Corpus:
     for start in starts:
         _session(root, shape, rng, cache, start, out)
     return out
+
+
+#: The sample bundled with the package (``agentcache audit --sample``): a few days of three developers' sessions.
+SAMPLE = Shape(sessions=12, days=3, turns=(3, 9), output_tokens=(30, 1_200), text_per_token=0.05, seed=11)
+
+
+if __name__ == "__main__":  # python benchmarks/_claude_corpus.py DIR: write the bundled sample into DIR
+    import sys
+
+    target = Path(sys.argv[1])
+    __import__("shutil").rmtree(target, ignore_errors=True)
+    print(write_corpus(target, SAMPLE))

@@ -192,8 +192,8 @@ def test_jsonl_parents_and_the_proxys_recorded_lines(tmp_path: Path) -> None:
     result = load(path)
     assert [(r.session, r.meta) for r in result.records] == [
         ("day-1/a/sub", {"parent": "day-1/a"}),
-        ("S/a1", {"parent": "S"}),
-        ("S", {}),
+        ("S/a1", {"parent": "S", "recorded_by": "agentcache-proxy/0.1.0"}),
+        ("S", {"recorded_by": "agentcache-proxy/0.1.0"}),
     ]
     assert [(e.record, str(e)) for e in result.errors] == [(3, f"{path} record 3: 'parent' must be a non-empty string")]
 
@@ -241,3 +241,18 @@ def test_unreadable_and_invalid_json(tmp_path: Path) -> None:
         load(broken)
     with pytest.raises(InputError):
         load(OPENHANDS, format="case")
+
+
+def test_time_window_applies_to_a_proxy_recordings_lines(tmp_path: Path) -> None:
+    """A recording's ``at`` is unix seconds: ``--since``/``--until`` keep its lines in the window (other records
+    with bodies carry file-relative times and are kept)."""
+    from agentcache.loaders._paths import load_paths
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    tag = {"recorded_by": "agentcache-proxy/0.1.0", "api": "openai.chat", "body": body}
+    lines = [{**tag, "session": "S", "at": at} for at in (1_000.0, 2_000.0, 3_000.0)]
+    (tmp_path / "rec.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "plain.jsonl").write_text(json.dumps({"session": "p", "api": "openai.chat", "at": 5, "body": body}))
+    inputs = load_paths([tmp_path], since=1_500.0, until=3_000.0)
+    assert sorted((r.session, r.at) for r in inputs.records) == [("S", 2_000.0), ("plain/p", 5.0)]
+    assert inputs.filtered == 2

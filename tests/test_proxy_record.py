@@ -93,7 +93,8 @@ def test_each_request_is_one_line_the_loader_reads_back(tmp_path: Path, api: str
     lines = lines_of(tmp_path / "rec")
     rows = zip(result.records, lines, SCRIPT, sent, fake.requests, logged, strict=True)
     for rec, line, (sid, parent, _), body, forwarded, usage in rows:
-        assert (rec.session, rec.meta) == (sid, {"parent": parent} if parent else {})
+        assert (rec.session, rec.meta.get("parent")) == (sid, parent or None)
+        assert rec.meta["recorded_by"].startswith("agentcache-proxy/")
         assert rec.body == body and list(rec.body) == list(body)
         assert line["sent"] == forwarded.json() and line["sent"] != body  # agentcache's markers / key
         assert (rec.api, line["route"], line["upstream"]) == (

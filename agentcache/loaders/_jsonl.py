@@ -63,9 +63,20 @@ def parse_line(path: Path, line: str, index: int) -> Record:
         usage=usage,
         source=str(path),
         index=index,
-        meta={} if parent is None else {"parent": parent if recorded else session_id(path, parent)},
+        meta=_meta(obj, parent, recorded, path),
         response=response,
     )
+
+
+def _meta(obj: dict[str, Any], parent: str | None, recorded: bool, path: Path) -> dict[str, Any]:
+    """``parent`` (prefixed like the session unless recorded) and, on a proxy recording's line, ``recorded_by``
+    (its ``at`` is then unix seconds: the time filters apply to it)."""
+    meta: dict[str, Any] = {}
+    if parent is not None:
+        meta["parent"] = parent if recorded else session_id(path, parent)
+    if recorded:
+        meta["recorded_by"] = obj["recorded_by"]
+    return meta
 
 
 def load_jsonl(path: Path, doc: Any = None) -> Loaded:

@@ -8,8 +8,9 @@ one), read one at a time (each file's records are kept, never the file), and joi
   file; a Codex subagent's rollout replays its parent's token counts) counts once: the first in time order
   (ties: file order), by :attr:`~agentcache.loaders.UsageRecord.call_id`;
 * ``since``/``until`` (unix seconds) keep the calls made in ``[since, until)``; ``project`` keeps the calls whose
-  project contains it (case-insensitive). Records with bodies carry times relative to their file, so only the
-  usage records are filtered by time; ``project`` filters both where a project is known.
+  project contains it (case-insensitive). Records with bodies carry times relative to their file, so of them only
+  a proxy recording's (``meta["recorded_by"]``: unix seconds) are filtered by time; ``project`` filters both
+  where a project is known.
 """
 
 from __future__ import annotations
@@ -142,7 +143,11 @@ def load_paths(
             read.format, read.errors, read.lines = result.format, result.errors, result.lines
             read.records, read.usage_records = len(result.records), len(result.usage_records)
             read.ignored, read.truncated = result.ignored, result.truncated
-            inputs.records.extend(r for r in result.records if _in_project(r.meta.get("project"), project))
+            for rec in result.records:
+                if _record_kept(rec, since, until, project):
+                    inputs.records.append(rec)
+                else:
+                    inputs.filtered += 1
             usage.extend((u.at if u.at is not None else 0.0, len(usage), u) for u in result.usage_records)
         if progress is not None:
             progress(n + 1, len(files))
@@ -191,6 +196,14 @@ def _once(
         else:
             inputs.filtered += 1
     return out
+
+
+def _record_kept(rec: Record, since: float | None, until: float | None, project: str | None) -> bool:
+    if not _in_project(rec.meta.get("project"), project):
+        return False
+    if "recorded_by" not in rec.meta or rec.at is None:
+        return True
+    return (since is None or rec.at >= since) and (until is None or rec.at < until)
 
 
 def _kept(rec: UsageRecord, since: float | None, until: float | None, project: str | None) -> bool:

@@ -28,11 +28,12 @@ class Record:
 
     ``session``: session id, unique across all loaded files (loaders prefix it with the file stem).
     ``api``: the wire format of ``body``. ``body``: the request body exactly as sent (dict, key order
-    preserved). ``at``: seconds since the first request of the file, or None when not recorded
-    (records are then replayed in file order). ``usage``: the provider's recorded usage object for this
-    request, as it appeared on the wire, or None. ``response``: the whole recorded response object (its ``id``,
-    ``usage`` and the provider's cache diagnostics, when recorded), or None. ``source``/``index``: file path
-    and 0-based record index within it, for error messages.
+    preserved). ``at``: seconds since the first request of the file (a proxy recording's lines, with
+    ``meta["recorded_by"]``: unix seconds), or None when not recorded (records are then replayed in file order).
+    ``usage``: the provider's recorded usage object for this request, as it appeared on the wire, or None.
+    ``response``: the whole recorded response object (its ``id``, ``usage`` and the provider's cache diagnostics,
+    when recorded), or None. ``source``/``index``: file path and 0-based record index within it, for error
+    messages.
     """
 
     session: str
