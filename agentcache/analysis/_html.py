@@ -25,7 +25,7 @@ __all__ = ["render_html"]
 
 
 @cache
-def _template() -> Template:
+def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("agentcache.analysis", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
@@ -36,7 +36,13 @@ def _template() -> Template:
     env.filters["num"] = lambda n: f"{n:,}"
     env.filters["usd"] = usd
     env.filters["pct"] = lambda r: f"{r * 100:.1f}%"
-    return env.get_template("report.html.jinja")
+    return env
+
+
+def template(name: str) -> Template:
+    """The page template ``name`` of ``templates/``, in the one environment every report page shares (autoescape
+    on, undefined values an error; filters ``num``, ``usd``, ``pct``)."""
+    return _environment().get_template(name)
 
 
 def render_html(report: AuditReport, inputs: Sequence[str] = (), *, top: int = 10, detail: int = 3) -> str:
@@ -50,7 +56,7 @@ def render_html(report: AuditReport, inputs: Sequence[str] = (), *, top: int = 1
         peak = max((c[2] for a in shown for c in turn_columns(a, d.turns)), default=1)
         d.charts = [{"arm": a, "chart": turn_chart(a, d.turns, peak)} for a in shown]
     by_name = {a.name: a for a in view.arms}
-    return _template().render(
+    return template("report.html.jinja").render(
         v=view,
         base=by_name.get("as_sent"),
         agentcache=by_name.get("agentcache") if "as_sent" in by_name else None,
