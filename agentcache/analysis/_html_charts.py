@@ -8,7 +8,7 @@ Token segments use the kinds ``read`` (cache read), ``write`` (cache write) and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ._report import ArmMetrics, TurnRecord, saving_of
@@ -132,7 +132,7 @@ def token_chart(totals: dict[str, ArmMetrics]) -> Chart:
     scale = plot / ticks[-1]
     chart = Chart(width, height, "Prompt tokens per arm: cache read, cache write, uncached")
     bottom = height - 36
-    _x_axis(chart, ticks, left, scale, top, bottom, compact)
+    x_axis(chart, ticks, left, scale, top, bottom, compact)
     chart.texts.append(Text(left + plot / 2, height - 4, "prompt tokens", "middle", "axis-title"))
     for i, (arm, m) in enumerate(totals.items()):
         y = top + i * (row + gap) + gap / 2
@@ -160,7 +160,7 @@ def cost_chart(totals: dict[str, ArmMetrics], colors: dict[str, str]) -> Chart:
     scale = plot / ticks[-1]
     chart = Chart(width, height, "Input cost per arm (USD)")
     bottom = height - 36
-    _x_axis(chart, ticks, left, scale, top, bottom, lambda v: f"${v:,.4g}")
+    x_axis(chart, ticks, left, scale, top, bottom, lambda v: f"${v:,.4g}")
     chart.texts.append(Text(left + plot / 2, height - 4, "input cost (USD)", "middle", "axis-title"))
     base = totals.get("as_sent")
     for i, (arm, m) in enumerate(totals.items()):
@@ -180,11 +180,19 @@ def cost_chart(totals: dict[str, ArmMetrics], colors: dict[str, str]) -> Chart:
 MAX_COLUMNS = 60
 
 
-def turn_chart(arm: str, turns: Sequence[TurnRecord], top_tokens: int | None = None) -> Chart:
+def turn_chart(
+    arm: str,
+    turns: Sequence[TurnRecord],
+    top_tokens: int | None = None,
+    *,
+    marks: Mapping[int, str] | None = None,
+    noun: str = "request",
+) -> Chart:
     """Vertical stacked columns, one per request of a session (or per bucket of consecutive requests, summed, past
     :data:`MAX_COLUMNS`), for ``arm``: cache-read / cache-write / uncached tokens, y axis in tokens up to
     ``top_tokens`` (default: this chart's tallest column; pass one value to give a session's panels one scale), x
-    axis the request index."""
+    axis the request index. ``marks``: request index → tooltip of a marker drawn above its column (a miss);
+    ``noun``: what a column is called in labels and tooltips (``call`` for agents' logs)."""
     width, height = 460.0, 210.0
     left, right, top, bottom = 48.0, 8.0, 8.0, 34.0
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -192,7 +200,7 @@ def turn_chart(arm: str, turns: Sequence[TurnRecord], top_tokens: int | None = N
     peak = top_tokens if top_tokens is not None else max((c[2] for c in columns), default=1)
     ticks = nice_ticks(max(peak, 1), 4)
     scale = plot_h / ticks[-1]
-    chart = Chart(width, height, f"{arm}: prompt tokens per request")
+    chart = Chart(width, height, f"{arm}: prompt tokens per {noun}")
     y0 = height - bottom
     for t in ticks:
         y = _r(y0 - t * scale)
@@ -201,6 +209,7 @@ def turn_chart(arm: str, turns: Sequence[TurnRecord], top_tokens: int | None = N
     chart.axes.append((left, y0, width - right, y0))
     band = plot_w / max(len(columns), 1)
     step = max(1, math.ceil(len(columns) / 10))
+    marked = _marks_by_column(turns, marks or {})
     for i, (label, parts, prompt, cost) in enumerate(columns):
         x = left + i * band
         if i % step == 0:
@@ -215,20 +224,38 @@ def turn_chart(arm: str, turns: Sequence[TurnRecord], top_tokens: int | None = N
                 rects.append(Rect(_r(x + band * 0.1), _r(y), _r(band * 0.8), _r(h), kind))
         read, write, uncached = parts
         title = (
-            f"request {label}: {prompt:,} tokens; {read:,} read, {write:,} written, {uncached:,} uncached; ${cost:.4f}"
+            f"{noun} {label}: {prompt:,} tokens; {read:,} read, {write:,} written, {uncached:,} uncached; ${cost:.4f}"
         )
         chart.groups.append(Group(title, rects))
+        if i in marked:  # above the column, its own tooltip (the miss), not the column's
+            mark = Rect(_r(x + band * 0.1), _r(max(1.0, y - 9)), _r(band * 0.8), 6, "miss", marked[i])
+            chart.groups.append(Group("", [mark]))
     chart.texts.append(
-        Text(left + plot_w / 2, height - 4, "request (0-based, within the session)", "middle", "axis-title")
+        Text(left + plot_w / 2, height - 4, f"{noun} (0-based, within the session)", "middle", "axis-title")
     )
     return chart
+
+
+def _per_column(n: int) -> int:
+    """Requests per column of a per-request chart of ``n`` requests (:data:`MAX_COLUMNS` at most)."""
+    return max(1, math.ceil(n / MAX_COLUMNS))
+
+
+def _marks_by_column(turns: Sequence[TurnRecord], marks: Mapping[int, str]) -> dict[int, str]:
+    """The tooltips of ``marks`` per chart column (a bucket's marks joined, the first three named)."""
+    texts: dict[int, list[str]] = {}
+    per = _per_column(len(turns))
+    for pos, t in enumerate(turns):
+        if t.request in marks:
+            texts.setdefault(pos // per, []).append(marks[t.request])
+    return {col: "; ".join(ts[:3]) + (f"; … {len(ts) - 3} more" if len(ts) > 3 else "") for col, ts in texts.items()}
 
 
 def turn_columns(arm: str, turns: Sequence[TurnRecord]) -> list[tuple[str, tuple[int, int, int], int, float]]:
     """``arm``'s per-request usage as chart columns ``(label, (read, write, uncached), prompt tokens, USD)``: one
     per request, or per bucket of consecutive requests (label ``first-last``) when there are more than
     :data:`MAX_COLUMNS`."""
-    per = max(1, math.ceil(len(turns) / MAX_COLUMNS))
+    per = _per_column(len(turns))
     out = []
     for i in range(0, len(turns), per):
         chunk = turns[i : i + per]
@@ -302,7 +329,7 @@ def share_by_request_chart(turns: Sequence[TurnRecord], arms: Sequence[str], col
     return chart
 
 
-def _x_axis(
+def x_axis(
     chart: Chart, ticks: list[float], left: float, scale: float, top: float, bottom: float, fmt: Callable[[float], str]
 ) -> None:
     for t in ticks:
