@@ -12,42 +12,25 @@ reasons, the sessions agentcache saves the most on and per-request charts for th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
-
-from jinja2 import Environment, PackageLoader, StrictUndefined, Template, select_autoescape
 
 from .. import __version__
-from ._html_charts import arm_colors, cost_chart, share_by_request_chart, token_chart, turn_chart, turn_columns, usd
+from ._html_charts import arm_colors, cost_chart, share_by_request_chart, token_chart, turn_chart, turn_columns
+from ._html_env import template
+from ._html_logs import render_logs_html
 from ._html_view import build_view
 from ._report import AuditReport
 
 __all__ = ["render_html"]
 
 
-@cache
-def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("agentcache.analysis", "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["num"] = lambda n: f"{n:,}"
-    env.filters["usd"] = usd
-    env.filters["pct"] = lambda r: f"{r * 100:.1f}%"
-    return env
-
-
-def template(name: str) -> Template:
-    """The page template ``name`` of ``templates/``, in the one environment every report page shares (autoescape
-    on, undefined values an error; filters ``num``, ``usd``, ``pct``)."""
-    return _environment().get_template(name)
-
-
-def render_html(report: AuditReport, inputs: Sequence[str] = (), *, top: int = 10, detail: int = 3) -> str:
+def render_html(report: AuditReport, inputs: Sequence[str] = (), *, top: int | None = None, detail: int = 3) -> str:
     """The whole HTML document for ``report``. ``inputs``: the audited file names, shown in the header and title;
-    ``top``: sessions listed (the others summed in one row); ``detail``: sessions with per-request charts."""
+    ``top``: sessions listed (the others summed in one row; default 10), or for an audit of agents' logs
+    (``mode = "reported"``: :func:`._html_logs.render_logs_html`'s page) root sessions in the session tree (default
+    20); ``detail``: sessions with per-request charts."""
+    if report.mode == "reported":
+        return render_logs_html(report, inputs, top=20 if top is None else top, detail=detail)
+    top = 10 if top is None else top
     view = build_view(report, inputs, top=top, detail=detail)
     arms = list(report.totals)
     colors = arm_colors(arms)
