@@ -80,7 +80,7 @@ def _cause_chart(view: LogsView, colors: dict[str, str]) -> Chart:
 
 def _mark(m: MissRecord, ours: bool) -> str:
     """A miss's tooltip in a per-call chart."""
-    how = "inferred" if m.inferred else "the provider's diagnosis"
+    how = "inferred" if m.inferred else "diagnosed"
     text = f"call {m.request}: {'still a miss: ' if ours else ''}{m.cause} ({how}), {m.tokens_lost:,} tokens lost"
     text += f", {usd(m.usd_lost)}" if m.usd_lost is not None else ""
     return text + (f"; {m.detail}" if m.detail else "")

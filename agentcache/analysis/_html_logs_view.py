@@ -89,7 +89,7 @@ class MissLine:
 class GroupTable:
     """A breakdown (``by``: day, project, model, client): the ``rows`` shown, how many there are in all
     (``total``), and the others summed (``rest``, None when all are shown; its ``sessions`` is 0: a session can
-    span several rows)."""
+    span several rows; for days, the earlier ones)."""
 
     by: str
     rows: list[GroupRow]
@@ -200,7 +200,8 @@ def _table(by: str, rows: list[GroupRow], limit: int) -> GroupTable:
     hidden = rows[: len(rows) - len(shown)] if by == "day" else rows[len(shown) :]
     rest = None
     if hidden:
-        rest = GroupRow(by, f"{len(hidden):,} other {by}s", arms={a: ArmMetrics() for a in hidden[0].arms})
+        label = f"{len(hidden):,} earlier days" if by == "day" else f"{len(hidden):,} other {by}s"
+        rest = GroupRow(by, label, arms={a: ArmMetrics() for a in hidden[0].arms})
         for r in hidden:
             for a, m in r.arms.items():
                 rest.arms.setdefault(a, ArmMetrics()).merge(m)
