@@ -123,7 +123,9 @@ def test_header_names_sources_period_sessions_calls(report: AuditReport, page: s
     assert "<dd>2026-09-21 to 2026-09-22</dd>" in header
     assert "<dd>3 <small>(1 subagent)</small></dd>" in header
     assert f"<dd>{report.totals['reported'].requests}</dd>" in header and report.totals["reported"].requests == 12
-    assert "<dd>anthropic</dd>" in header and "<dd>mixed</dd>" in header  # two models
+    models = [r.key for r in report.groups["model"]]  # the costliest first
+    assert report.model == "mixed" and sorted(models) == [OPUS, SONNET]
+    assert "<dd>anthropic</dd>" in header and f"<dt>models</dt><dd>{models[0]}, {models[1]}</dd>" in header
     (sources,) = tables(page, "Logs read")
     assert sources == [
         ["claude-code", "/home/me/.claude/projects/-work-api/home/me/.claude/projects/-work-web", "3", "12", "3", "2"]

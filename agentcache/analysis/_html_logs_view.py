@@ -104,6 +104,7 @@ class LogsView:
     inputs: list[str]
     provider: str
     model: str
+    models: list[str]
     sources: list[SourceRow]
     first_day: str | None
     last_day: str | None
@@ -151,6 +152,7 @@ def build_logs_view(
         inputs=list(inputs),
         provider=report.provider,
         model=report.model,
+        models=[r.key for r in report.groups.get("model", [])],
         sources=list(report.sources),
         first_day=days[0] if days else None,
         last_day=days[-1] if days else None,
