@@ -7,6 +7,9 @@ saved against ``as_sent``), a legend of the arms, inline SVG charts with axes, v
 tooltips (:mod:`._html_charts`), the misses and breaks grouped by cause, the TTL decisions, the provider's own miss
 reasons, the sessions agentcache saves the most on and per-request charts for the first few of them
 (:mod:`._html_view` bounds all of these, so the page stays small on large inputs).
+
+An audit of agents' own logs (``mode = "reported"``: usage as the provider reported it, no request bodies) gets its
+own page from the same templates and chart helpers (:mod:`._html_logs`).
 """
 
 from __future__ import annotations

@@ -145,8 +145,8 @@ def build_logs_view(
             LogArm(name, LOG_ARM_HELP.get(name, "An arm this report adds (no description known)."), m, saved, share)
         )
     days = [r.key for r in report.groups.get("day", []) if r.key != "unknown"]
-    ours = [m for m in report.misses if m.arm == "reported"]
-    biggest = sorted(ours, key=lambda m: -(m.usd_lost or 0.0))[:largest]
+    misses = [m for m in report.misses if m.arm == "reported"]
+    biggest = sorted(misses, key=lambda m: -(m.usd_lost or 0.0))[:largest]
     tree, rest = build_tree(report.sessions, report.misses, top)
     return LogsView(
         inputs=list(inputs),
@@ -164,7 +164,7 @@ def build_logs_view(
         spend=_spend(report.spend),
         causes=[_cause(c) for c in report.causes],
         largest=_largest(report, biggest),
-        misses=len(ours),
+        misses=len(misses),
         days=report.groups.get("day", []),
         groups=[_table(by, report.groups.get(by, []), max_rows) for by in ("day", "project", "model", "client")],
         tree=tree,
