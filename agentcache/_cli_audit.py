@@ -301,7 +301,7 @@ def _emit(
             from .analysis._render import render_report
 
             render_report(simulated, console)
-    report = simulated if simulated is not None else logs
+    report = logs if logs is not None else simulated  # agents' logs are the main job: their page first
     if html is not None and report is not None:
         from .analysis._html import render_html
 

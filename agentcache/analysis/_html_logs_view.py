@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._html_logs_tree import SessionCalls, TreeRow, build_tree, costliest_sessions, miss_times
-from ._render_logs import _SPEND_LABELS
 from ._report import ArmMetrics, AuditReport, MissRecord
-from ._report_logs import FIXES, SPEND, CauseRow, GroupRow, SourceRow
+from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow, SourceRow
 
 __all__ = ["LEVERS", "LOG_ARM_HELP", "LogsView", "build_logs_view"]
 
@@ -179,7 +178,7 @@ def _spend(spend: dict[str, float]) -> list[SpendLine]:
     total = sum(spend.values())
     if not total:
         return []
-    return [SpendLine(k, _SPEND_LABELS[k], spend[k], spend[k] / total) for k in SPEND if spend.get(k)]
+    return [SpendLine(k, SPEND_LABELS[k], spend[k], spend[k] / total) for k in SPEND if spend.get(k)]
 
 
 def _cause(c: CauseRow) -> CauseLine:

@@ -16,21 +16,12 @@ from rich.table import Table
 
 from ._fmt import _int, _pct, _plural, _table, _usd
 from ._report import ArmMetrics, AuditReport, SessionReport
-from ._report_logs import FIXES, SPEND, CauseRow, GroupRow
+from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow
 
 __all__ = ["DEFAULT_BY", "render_logs_report"]
 
 #: Breakdowns shown when ``--by`` is not given.
 DEFAULT_BY = ("day", "session")
-
-_SPEND_LABELS = {
-    "reads": "cache reads",
-    "writes.session_start": "writes: session starts",
-    "writes.subagent_start": "writes: subagent starts",
-    "writes.new_turns": "writes: new turns",
-    "writes.rewrites": "writes: rewrites after misses",
-    "uncached": "uncached input",
-}
 
 
 def render_logs_report(
@@ -91,7 +82,7 @@ def _spend(report: AuditReport, console: Console) -> None:
     for key in SPEND:
         value = report.spend.get(key, 0.0)
         if value:
-            table.add_row(_SPEND_LABELS[key], _usd(value), _pct(value / total))
+            table.add_row(SPEND_LABELS[key], _usd(value), _pct(value / total))
     console.print(table)
 
 
@@ -135,7 +126,12 @@ def _sessions(sessions: list[SessionReport], console: Console, limit: int) -> No
     for s in top:
         rep, ours = s.arms["reported"], s.arms["agentcache"]
         started = dt.datetime.fromtimestamp(s.started, dt.UTC).strftime("%m-%d %H:%M") if s.started else "—"
-        name = s.session if s.parent is None else f"{s.session} (subagent)"
+        name = _short(s.session) + (" (subagent)" if s.parent is not None else "")
         cells = [name, s.client or "—", started, _int(s.requests), _pct(rep.hit_rate), _usd(rep.cost_usd)]
         table.add_row(*cells, _usd(s.usd_lost), _usd(ours.cost_usd))
     console.print(table)
+
+
+def _short(session: str, width: int = 24) -> str:
+    """A session id short enough for a table column: its start and end (ids are unique at both ends)."""
+    return session if len(session) <= width else f"{session[: width // 2 - 1]}…{session[-(width // 2 - 1) :]}"

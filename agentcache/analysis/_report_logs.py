@@ -9,7 +9,7 @@ from typing import Any
 
 from ._report import ArmMetrics
 
-__all__ = ["BY", "FIXES", "SPEND", "CauseRow", "GroupRow", "SourceRow"]
+__all__ = ["BY", "FIXES", "SPEND", "SPEND_LABELS", "CauseRow", "GroupRow", "SourceRow"]
 
 #: The breakdowns an audit of agents' logs can show (``--by``), in the order reports list them (``session`` is the
 #: report's own session list; the others are its ``groups``).
@@ -36,6 +36,16 @@ SPEND = (
     "writes.rewrites",
     "uncached",
 )
+
+#: How reports name each part of :data:`SPEND`.
+SPEND_LABELS: dict[str, str] = {
+    "reads": "cache reads",
+    "writes.session_start": "writes: session starts",
+    "writes.subagent_start": "writes: subagent starts",
+    "writes.new_turns": "writes: new turns",
+    "writes.rewrites": "writes: rewrites after misses",
+    "uncached": "uncached input",
+}
 
 
 @dataclass(slots=True)
