@@ -252,3 +252,29 @@ def test_files_without_usage_are_recognised_and_empty(tmp_path: Path) -> None:
         result = load(path)
         assert result.format == "codex" and not result.usage_records and not result.errors
         assert result.lines == result.ignored == count
+
+
+def test_agentcache_audit_on_the_rollouts(gen: Generated) -> None:
+    """``agentcache audit <sessions> --json`` (the door a user runs): every call once with the fake's usage, the
+    subagents linked, the pause named ttl.expired and the compaction messages.compacted, both inferred; OpenAI's
+    automatic cache has no time-only lever, so the agentcache arm costs what was reported."""
+    from typer.testing import CliRunner
+
+    from agentcache._cli import app
+
+    done = CliRunner().invoke(app, ["audit", str(gen.home / "codex" / "sessions"), "--json"], catch_exceptions=False)
+    assert done.exit_code == 0, done.stderr
+    doc = json.loads(done.stdout)
+    truth = gen.fake.usage_log
+    reported = doc["totals"]["reported"]
+    assert doc["mode"] == "reported" and reported["requests"] == len(truth)
+    assert reported["prompt_tokens"] == sum(e["usage"]["input_tokens"] for e in truth)
+    assert reported["cache_read_tokens"] == sum(e["usage"]["input_tokens_details"]["cached_tokens"] for e in truth)
+    assert doc["totals"]["agentcache"]["cost_usd"] == reported["cost_usd"] > 0
+    (source,) = doc["sources"]
+    assert source["client"] == "Codex CLI" and source["calls"] == len(truth) and source["errors"] == 0
+    causes = {m["cause"]: m for m in doc["misses"] if m["arm"] == "reported"}
+    assert causes["ttl.expired"]["inferred"] and "pause > 5m TTL" in causes["ttl.expired"]["detail"]
+    assert causes["messages.compacted"]["inferred"]
+    subs = [s for s in doc["sessions"] if s.get("parent")]
+    assert len(subs) == 2 and all(s["lineage"] == s["parent"] for s in subs)
