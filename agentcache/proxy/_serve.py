@@ -1,8 +1,17 @@
-"""Run the proxy under uvicorn (``agentcache proxy``)."""
+"""Run the proxy under uvicorn (``agentcache proxy``).
+
+SIGTERM (what systemd, Docker and Kubernetes send) ends the proxy as Ctrl-C does: uvicorn stops accepting, lets
+in-flight requests and streams finish for at most :data:`DRAIN_TIMEOUT_S` seconds, then the proxy logs
+``proxy.stopped`` and returns (exit code 0).
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 
 from .._config import Settings, get_settings
 from .._log import get_logger
@@ -12,6 +21,13 @@ from ._config import ProxyConfig, is_loopback, unknown_env
 __all__ = ["serve"]
 
 log = get_logger("agentcache.proxy")
+
+#: Seconds in-flight requests (streams included) may take to finish once a stop is asked; then they are cut.
+DRAIN_TIMEOUT_S = 10
+
+
+class _Terminated(BaseException):
+    """SIGTERM outside uvicorn's own handling (before it starts, or re-raised by it once it has stopped)."""
 
 
 def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
@@ -40,7 +56,7 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         log_config=None,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=DRAIN_TIMEOUT_S,
         server_header=False,  # the upstream's own server header is relayed; one is enough
     )
     # Bound and listening here, so the start line names the port (the OS's for --port 0) and a client that reads it
@@ -58,9 +74,30 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         settings=settings.model_dump(),
     )
     try:
-        uvicorn.Server(server_config).run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn raises the interrupt again once it has shut down (as uvicorn.run does)
+        with _sigterm_raises():
+            uvicorn.Server(server_config).run(sockets=[sock])
+    except (KeyboardInterrupt, _Terminated):  # uvicorn re-raises the signal once it has shut down gracefully
         pass
     finally:
         sock.close()
     log.info("proxy.stopped", host=config.host, port=port)
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While in the block, SIGTERM raises :class:`_Terminated` as SIGINT raises KeyboardInterrupt. uvicorn handles
+    both signals while it serves (graceful shutdown), then restores these handlers and raises the signal again;
+    under the default SIGTERM handler that killed the process (exit 143, no ``proxy.stopped``)."""
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
