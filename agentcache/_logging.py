@@ -15,12 +15,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import structlog
-
 from ._exceptions import ConfigError
 from ._log import ROOT
 
-__all__ = ["LEVELS", "RENDERERS", "configure_logging", "reset_logging", "without_events"]
+__all__ = ["LEVELS", "RENDERERS", "configure_logging", "reset_logging", "stderr_is_tty", "without_events"]
 
 RENDERERS: tuple[str, ...] = ("console", "json")
 LEVELS: dict[str, int] = {
@@ -63,29 +61,19 @@ def configure_logging(renderer: str = "console", level: str = "warning") -> None
     """Write agentcache's log events at ``level`` and above to stderr, ``renderer``-formatted.
 
     One handler on the ``agentcache`` logger (not propagated to the root logger): structlog's
-    :class:`~structlog.stdlib.ProcessorFormatter` adds the log level and an ISO timestamp, then renders with
-    ``JSONRenderer`` (``json``, tracebacks as an ``exception`` string) or ``ConsoleRenderer`` (``console``; colours
-    only when stderr is a terminal). Idempotent: calling it again with the same settings does nothing; other
-    settings replace the previous handler. Raises ConfigError for an unknown renderer or level.
+    :class:`~structlog.stdlib.ProcessorFormatter` adds the log level and a timestamp, then renders with
+    ``JSONRenderer`` (``json``: every field of the event, an ISO timestamp, tracebacks as an ``exception`` string)
+    or ``ConsoleRenderer`` (``console``: the short form of :mod:`agentcache._logview`, local time to the second;
+    colours only when stderr is a terminal). Idempotent: calling it again with the same settings does nothing;
+    other settings replace the previous handler. Raises ConfigError for an unknown renderer or level.
     """
     global _configured, _handler
     settings = _validate(renderer, level)
     if _configured == settings:
         return
     r, lv = settings
-    final: Any = (
-        structlog.processors.JSONRenderer() if r == "json" else structlog.dev.ConsoleRenderer(colors=_stderr_is_tty())
-    )
-    steps: list[Any] = [structlog.stdlib.add_log_level, structlog.processors.TimeStamper(fmt="iso")]
-    if r == "json":
-        steps.append(structlog.processors.format_exc_info)
     handler = _Stderr()
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            processors=[*steps, structlog.stdlib.ProcessorFormatter.remove_processors_meta, final],
-            foreign_pre_chain=steps,
-        )
-    )
+    handler.setFormatter(_Formatter(r))
     root = logging.getLogger(ROOT)
     if _handler is not None:
         root.removeHandler(_handler)
@@ -93,6 +81,40 @@ def configure_logging(renderer: str = "console", level: str = "warning") -> None
     root.setLevel(LEVELS[lv])
     root.propagate = False
     _handler, _configured = handler, settings
+
+
+class _Formatter(logging.Formatter):
+    """structlog's formatter for ``renderer``, built at the first record: a command that logs nothing
+    (``--help``) does not import structlog (about 0.1 s)."""
+
+    def __init__(self, renderer: str) -> None:
+        super().__init__()
+        self._renderer = renderer
+        self._built: logging.Formatter | None = None
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self._built is None:
+            self._built = _structlog_formatter(self._renderer)
+        return self._built.format(record)
+
+
+def _structlog_formatter(renderer: str) -> logging.Formatter:
+    import structlog
+
+    from ._logview import short_form
+
+    steps: list[Any] = [structlog.stdlib.add_log_level]
+    final: list[Any]
+    if renderer == "json":
+        steps += [structlog.processors.TimeStamper(fmt="iso"), structlog.processors.format_exc_info]
+        final = [structlog.processors.JSONRenderer()]
+    else:
+        steps.append(structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False))
+        final = [short_form, structlog.dev.ConsoleRenderer(colors=stderr_is_tty(), sort_keys=False, pad_event_to=20)]
+    return structlog.stdlib.ProcessorFormatter(
+        processors=[*steps, structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
+        foreign_pre_chain=steps,
+    )
 
 
 @contextlib.contextmanager
@@ -126,7 +148,7 @@ def reset_logging() -> None:
     _handler = _configured = None
 
 
-def _stderr_is_tty() -> bool:
+def stderr_is_tty() -> bool:
     """True when stderr is an interactive terminal."""
     try:
         return sys.stderr.isatty()

@@ -14,13 +14,24 @@ Formats (names as on the wire):
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 from collections.abc import Mapping
 from typing import Literal
 
 import httpx
 from starlette.responses import Response
 
-__all__ = ["ANTHROPIC_TYPES", "Style", "api_for_path", "error_body", "error_response", "style_for", "upstream_failure"]
+__all__ = [
+    "ANTHROPIC_TYPES",
+    "Style",
+    "api_for_path",
+    "error_body",
+    "error_response",
+    "failure_reason",
+    "style_for",
+    "upstream_failure",
+]
 
 Style = Literal["anthropic", "openai"]
 
@@ -99,8 +110,50 @@ def error_response(style: Style, status: int, message: str) -> Response:
 
 def upstream_failure(exc: httpx.HTTPError) -> tuple[int, str, str]:
     """``(status, message, kind)`` for an upstream failure before any response: 504 for a timeout, else 502;
-    ``kind`` is ``timeout``, ``connect`` or ``other`` (the metric label)."""
+    ``message`` says why (:func:`failure_reason`); ``kind`` is ``timeout``, ``connect`` or ``other`` (the metric
+    label)."""
+    reason = failure_reason(exc)
     if isinstance(exc, httpx.TimeoutException):
-        return 504, f"upstream timed out ({type(exc).__name__})", "timeout"
+        return 504, f"upstream timed out ({reason})", "timeout"
     kind = "connect" if isinstance(exc, httpx.ConnectError) else "other"
-    return 502, f"upstream unavailable ({type(exc).__name__})", kind
+    return 502, f"upstream unavailable ({reason})", kind
+
+
+#: Words for the timeouts httpx tells apart.
+_TIMEOUTS: tuple[tuple[type[httpx.TimeoutException], str], ...] = (
+    (httpx.ConnectTimeout, "connect timeout"),
+    (httpx.ReadTimeout, "read timeout"),
+    (httpx.WriteTimeout, "write timeout"),
+    (httpx.PoolTimeout, "pool timeout: no free upstream connection"),
+)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a request to the upstream failed, in a few words: ``connection refused``, ``DNS lookup failed (Name or
+    service not known)``, ``connect timeout``, ``TLS error (...)``, else the exception's class and message (at
+    most 200 characters). Reads the exception's causes: httpx reports a refused connection as "All connection
+    attempts failed"; the socket error under it says which."""
+    for kind, words in _TIMEOUTS:
+        if isinstance(exc, kind):
+            return words
+    for cause in _causes(exc):
+        if isinstance(cause, socket.gaierror):
+            return f"DNS lookup failed ({cause.strerror or cause})"
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, ConnectionResetError):
+            return "connection reset by the upstream"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS error ({cause.reason or cause})"
+    text = " ".join(str(exc).split())[:200]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its chain of causes (``__cause__``, else ``__context__``), at most 10 deep."""
+    chain: list[BaseException] = []
+    node: BaseException | None = exc
+    while node is not None and len(chain) < 10:
+        chain.append(node)
+        node = node.__cause__ or node.__context__
+    return chain

@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..model._bodytap import TAP_LIMIT, UsageTap
 from ..model._usage import CacheUsage
+from ._errors import failure_reason
 
 __all__ = [
     "TAP_LIMIT",
@@ -260,7 +261,7 @@ class UpstreamResponse(Response):
         if not self._started_response:
             status, err = "not_started", None
         elif self._error is not None:
-            status, err = "upstream_error", type(self._error).__name__
+            status, err = "upstream_error", failure_reason(self._error)
         elif self._client_gone and not self._body_complete():
             status, err = "client_gone", None
         else:

@@ -27,6 +27,7 @@ from .._log import get_logger
 from ..model._canonical import dumps
 from ..model._usage import CacheUsage, normalize_usage
 from ..policies import KeepWarmDecision
+from ._errors import failure_reason
 from ._transport import UpstreamClient
 
 __all__ = ["KeepWarmer"]
@@ -109,7 +110,7 @@ class KeepWarmer:
                         doc = response.json()
                         usage = normalize_usage(doc, "anthropic.messages") if isinstance(doc, dict) else None
             except httpx.HTTPError as exc:
-                log.warning("proxy.keep_warm_failed", session=key.split("/", 1)[-1], error=type(exc).__name__)
+                log.warning("proxy.keep_warm_failed", session_id=key.split("/", 1)[-1], reason=failure_reason(exc))
             self._on_sent(outcome, usage, model)
             log.info(
                 "proxy.keep_warm",

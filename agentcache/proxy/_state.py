@@ -27,7 +27,7 @@ from ..session import MemoryStore, Session, Sessions, SGLangSink, StoreUnavailab
 from ..targets import EngineTarget, Target, aprobe, resolve_target
 from ._config import ProxyConfig
 from ._engine_arm import EngineArm
-from ._errors import Style, error_response, upstream_failure
+from ._errors import Style, error_response, failure_reason, upstream_failure
 from ._keepwarm import KeepWarmer
 from ._live import SIM_PREFIX_BYTES, LiveReport
 from ._metrics import ProxyMetrics, model_label
@@ -247,7 +247,14 @@ class ProxyState:
         except httpx.HTTPError as exc:
             status, message, kind = upstream_failure(exc)
             self.metrics.upstream_errors.labels(route, kind).inc()
-            log.warning("proxy.upstream_error", route=route, error=type(exc).__name__, status=status)
+            log.warning(
+                "proxy.upstream_error",
+                route=route,
+                status=status,
+                upstream=f"{req.url.scheme}://{req.url.netloc.decode('ascii', 'replace')}",
+                reason=failure_reason(exc),
+                error=type(exc).__name__,
+            )
             return error_response(style, status, message)
 
     async def _post(self, path: str, doc: dict[str, Any]) -> int:
@@ -289,8 +296,12 @@ class ProxyState:
 
     def own_error(self, route: str, provider: str, style: Style, status: int, message: str) -> Response:
         """An error agentcache answers itself (400 unreadable body, 413 over the limit, 404/405 in its own
-        namespace...), in the caller's ``style``, counted in ``agentcache_proxy_requests_total{status}``."""
+        namespace...), in the caller's ``style``, counted in ``agentcache_proxy_requests_total{status}``. A refusal
+        (4xx) is logged here, once, with its reason (``proxy.refused``); a 500 is agentcache's own failure, logged
+        by :meth:`fail_open`."""
         self.count_request(route, provider, "", str(status))
+        if status < 500:
+            log.info("proxy.refused", route=route, status=status, reason=message[:300])
         return error_response(style, status, message)
 
     def response_failed(self, stage: str, exc: BaseException) -> None:
