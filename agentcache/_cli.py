@@ -26,7 +26,6 @@ from ._cli_base import Group, engine_metavar, engine_option
 from ._cli_errors import fail
 from ._cli_replay import plan_command, replay_command
 from ._exceptions import ConfigError
-from ._install import install_hint
 from ._log import get_logger
 from ._logging import LEVELS, RENDERERS, configure_logging
 from .model._types import Engine
@@ -244,6 +243,8 @@ def proxy_command(
         from ._config import configure
         from .proxy import load_proxy_config, serve
     except ImportError as exc:
+        from ._install import install_hint
+
         raise fail(f"the proxy needs the 'proxy' extra ({exc}): {install_hint('proxy')}") from None
     try:
         overrides = {"coalesce": coalesce, "coalesce_timeout": coalesce_timeout}

@@ -1,8 +1,10 @@
 """The ``agentcache replay`` and ``agentcache plan`` commands: recorded traffic against a real engine, and a
-self-hosted KV cache planned on it (registered on the app in :mod:`agentcache._cli`)."""
+self-hosted KV cache planned on it (registered on the app in :mod:`agentcache._cli`). Both show progress on a
+terminal (:mod:`agentcache._cli_progress`) and import their machinery when they run."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from enum import StrEnum
 from pathlib import Path
@@ -13,9 +15,8 @@ import typer
 from ._cli_base import FormatChoice, engine_metavar, engine_option
 from ._cli_errors import EXIT_BAD_INPUT, Errors, fail
 from ._cli_inputs import load_all
+from ._cli_progress import progress_bar
 from ._exceptions import ConfigError
-from ._install import install_hint
-from .analysis._render import make_console
 from .model._types import Engine
 
 __all__ = ["plan_command", "replay_command"]
@@ -75,9 +76,13 @@ def replay_command(
     timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 600.0,
 ) -> None:
     """Replay recorded sessions against a real endpoint: cached tokens, TTFT p50/p95/p99, errors."""
+    from .analysis._fmt import make_console
+
     try:
-        from .replay import ReplayConfig, render_table, replay
+        from .replay import ReplayConfig, group_sessions, render_table, replay
     except ImportError as exc:  # httpx is the replay's own dependency
+        from ._install import install_hint
+
         raise fail(f"agentcache replay needs {exc.name or 'httpx'}: {install_hint('serve')}") from None
 
     errors = Errors()
@@ -105,7 +110,15 @@ def replay_command(
         vocab_size=vocab_size,
         label=label,
     )
-    result = replay(records, config)
+    total = sum(len(group) for group in group_sessions(records, sessions, max_turns))
+    with progress_bar(total, "replaying", threshold=0) as advance:
+        counted = itertools.count(1)
+
+        def turn_done(_: object) -> None:
+            if advance is not None:
+                advance(next(counted))
+
+        result = replay(records, config, on_turn=turn_done if advance is not None else None)
     if json_output:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -160,6 +173,7 @@ def plan_command(
 ) -> None:
     """Plan a self-hosted KV cache: hit rate, prefill and evictions per L1/L2/L3 size and eviction, on recorded
     traffic."""
+    from .analysis._fmt import make_console
     from .plan import BlockRenderer, ServerRenderer, plan, render_plan
     from .plan._flags import options_from_flags
 
@@ -183,7 +197,8 @@ def plan_command(
         renderer = ServerRenderer(server) if server else BlockRenderer()
     except ImportError as exc:  # httpx is the serve extra's
         raise fail(f"agentcache plan --server needs {exc.name or 'httpx'}: pip install 'agentcache[serve]'") from None
-    report = plan(records, options, renderer)
+    with progress_bar(len(records), "planning", threshold=0) as advance:
+        report = plan(records, options, renderer, progress=advance)
     for err in report.errors:
         errors.record(err)
     errors.flush()

@@ -25,8 +25,6 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import structlog
-
 __all__ = ["ROOT", "capture_logs", "enabled", "get_logger"]
 
 #: The parent of every agentcache logger name.
@@ -34,22 +32,44 @@ ROOT = "agentcache"
 
 logging.getLogger(ROOT).addHandler(logging.NullHandler())
 
-_PROCESSORS: list[Any] = [
-    structlog.stdlib.filter_by_level,
-    structlog.contextvars.merge_contextvars,
-    structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
-]
+
+class _Logger:
+    """The structlog logger of ``name``, built on first use: importing a module that logs does not import
+    structlog (about 0.1 s, paid by every ``agentcache --help`` otherwise). Each method, once looked up, is kept
+    on the instance, so later calls skip :meth:`__getattr__`."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):  # copy/pickle probes: not a log method
+            raise AttributeError(attr)
+        bound = self.__dict__.get("_bound")
+        if bound is None:
+            bound = self._bound = _structlog_logger(self._name)
+        value = getattr(bound, attr)
+        setattr(self, attr, value)
+        return value
+
+
+def _structlog_logger(name: str) -> Any:
+    import structlog
+
+    return structlog.stdlib.BoundLogger(
+        logging.getLogger(name),
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        context={},
+    )
 
 
 def get_logger(name: str) -> Any:
-    """A structlog logger over ``logging.getLogger(name)`` (``name`` is an ``agentcache.*`` logger name).
-    Methods: ``debug``/``info``/``warning``/``error``/``exception(event, **fields)``."""
-    return structlog.wrap_logger(
-        logging.getLogger(name),
-        processors=_PROCESSORS,
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
-    )
+    """A structlog logger over ``logging.getLogger(name)`` (``name`` is an ``agentcache.*`` logger name), built
+    on first use. Methods: ``debug``/``info``/``warning``/``error``/``exception(event, **fields)``."""
+    return _Logger(name)
 
 
 def enabled(name: str, level: int = logging.INFO) -> bool:

@@ -4,7 +4,7 @@ configuration of L1/L2/L3 capacity and eviction, the pre-launch checklist items 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,21 +155,30 @@ def _fetch_vs_prefill(c: ConfigResult) -> str:
     )
 
 
-def plan(records: Sequence[Record], options: PlanOptions, renderer: Renderer | None = None) -> PlanReport:
+def plan(
+    records: Sequence[Record],
+    options: PlanOptions,
+    renderer: Renderer | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PlanReport:
     """Run the planner over ``records`` (any loader's, in time order). ``renderer`` turns a record into its token
-    ids (default :class:`BlockRenderer`). A record the renderer cannot read is skipped and listed in
-    ``errors``. Raises ValueError for invalid options."""
+    ids (default :class:`BlockRenderer`). ``progress(done, total)`` is called after each rendered record and each
+    simulated configuration (``total``: the records, plus the simulations once their number is known). A record
+    the renderer cannot read is skipped and listed in ``errors``. Raises ValueError for invalid options."""
     render = renderer if renderer is not None else BlockRenderer()
+    tick = progress if progress is not None else _no_progress
     sessions: list[str] = []
     ats: list[float | None] = []
     prompts: list[Prompt] = []
     errors: list[InputError] = []
-    for rec in records:
+    for n, rec in enumerate(records, 1):
         try:
             prompts.append(render(rec))
         except InputError as exc:
             errors.append(exc if exc.source else InputError(str(exc), source=rec.source, record=rec.index))
             continue
+        finally:
+            tick(n, len(records))
         sessions.append(rec.session)
         ats.append(rec.at)
     steps, timing = schedule(sessions, ats, prompts, options.rate, options.concurrency)
@@ -185,14 +194,38 @@ def plan(records: Sequence[Record], options: PlanOptions, renderer: Renderer | N
     working = max(unbounded.peak.get("l1", 0), page)
     largest = -(-max((p.tokens for p in prompts), default=page) // page) * page
     l1s = options.l1 or tuple(sorted({min(largest * k, max(working, largest)) for k in (1, 2, 4, 8)}))
+    sweep = [
+        PlanConfig(l1, l2, l3, ev)
+        for l1 in l1s
+        for l2 in dict.fromkeys(resolve(v, l1) for v in options.l2)
+        for l3 in dict.fromkeys(resolve(v, l1) for v in options.l3)
+        for ev in options.evictions
+    ]
     configs: list[ConfigResult] = []
-    for l1 in l1s:
-        for l2 in dict.fromkeys(resolve(v, l1) for v in options.l2):
-            for l3 in dict.fromkeys(resolve(v, l1) for v in options.l3):
-                for ev in options.evictions:
-                    configs.append(run(PlanConfig(l1, l2, l3, ev)))
+    for config in sweep:
+        configs.append(run(config))
+        tick(len(records) + len(configs), len(records) + len(sweep))
     name = getattr(render, "name", type(render).__name__)
-    assumptions = [f"tokens: {name}", f"time: {timing}", f"page size {page} tokens (SGLang --page-size)"]
+    return PlanReport(
+        configs=configs,
+        tokens=name,
+        timing=timing,
+        working_set_tokens=working,
+        unbounded_hit_rate=unbounded.hit_rate,
+        sessions=len(set(sessions)),
+        requests=len(steps),
+        turn_share=turn_sharing(steps),
+        assumptions=_assumptions(options, name, timing),
+        recommendations=_recommend(configs, options, working),
+        page_size=page,
+        kv_bytes=options.kv_bytes,
+        errors=errors,
+    )
+
+
+def _assumptions(options: PlanOptions, tokens: str, timing: str) -> list[str]:
+    """What the plan assumed, one sentence each: the token source, time, page size, sessions, cost model."""
+    assumptions = [f"tokens: {tokens}", f"time: {timing}", f"page size {options.page_size} tokens (SGLang --page-size)"]
     assumptions.append(
         "sessions close after their last recorded request (the proxy posts /close_session)"
         if options.close_at_end
@@ -209,21 +242,7 @@ def plan(records: Sequence[Record], options: PlanOptions, renderer: Renderer | N
             "measured on the target GPU); done: requests whose first token comes before the last request arrives "
             "(completed within the trace's span, so the last request never counts)"
         )
-    return PlanReport(
-        configs=configs,
-        tokens=name,
-        timing=timing,
-        working_set_tokens=working,
-        unbounded_hit_rate=unbounded.hit_rate,
-        sessions=len(set(sessions)),
-        requests=len(steps),
-        turn_share=turn_sharing(steps),
-        assumptions=assumptions,
-        recommendations=_recommend(configs, options, working),
-        page_size=page,
-        kv_bytes=options.kv_bytes,
-        errors=errors,
-    )
+    return assumptions
 
 
 def _recommend(configs: list[ConfigResult], options: PlanOptions, working: int) -> list[dict[str, Any]]:
@@ -256,3 +275,7 @@ def _recommend(configs: list[ConfigResult], options: PlanOptions, working: int) 
         if why_l2:
             out[-1]["note"] = why_l2
     return out
+
+
+def _no_progress(done: int, total: int) -> None:
+    """The ``progress`` callback when none is given."""
