@@ -22,7 +22,7 @@ import typer
 
 from . import __version__
 from ._cli_audit import audit_command
-from ._cli_base import Group, engine_metavar, engine_option
+from ._cli_base import ConfigFile, Group, engine_metavar, engine_option
 from ._cli_errors import fail
 from ._cli_replay import plan_command, replay_command
 from ._exceptions import ConfigError
@@ -192,10 +192,7 @@ def proxy_command(
         str | None, typer.Option(help="Address to bind (default 127.0.0.1; admin endpoints need a token off loopback).")
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port to bind (default 8787).")] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="TOML file: \\[proxy] for the proxy, \\[agentcache] for the pipeline."),
-    ] = None,
+    config: ConfigFile = None,
     engine: Annotated[
         str | None,
         typer.Option(

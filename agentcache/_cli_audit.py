@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ._cli_base import FormatChoice
-from ._cli_errors import EXIT_BAD_INPUT, Errors
+from ._cli_base import ConfigFile, FormatChoice
+from ._cli_errors import EXIT_BAD_INPUT, Errors, fail
 
 if TYPE_CHECKING:
     from .analysis._report import AuditReport
@@ -146,10 +146,18 @@ def audit_command(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="List the first records of each file that could not be read.")
     ] = False,
+    config: ConfigFile = None,
 ) -> None:
     """Audit agents' logs or recorded traffic: what prompt caching cost, what it could cost, and why each miss
     happened."""
+    from ._config import configure
+    from ._exceptions import ConfigError
+
     errors = Errors(verbose)
+    try:
+        configure(config)  # [models.<provider>."<id>"] prices, [agentcache] settings
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
     window = {"since": since, "until": until}
     named = list(paths or [])
     if not named:

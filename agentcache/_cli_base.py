@@ -5,6 +5,7 @@
   named ``true``). The group turns every boolean flag of itself and of each of its commands (``--help`` too)
   into a :class:`_Switch`, whose help shows no value: one place, for every command, present and future.
 * Usage errors print ``agentcache: error: <what>`` first, like every other error of the command line.
+* :data:`ConfigFile` is the ``--config`` option of every command that reads settings (``AGENTCACHE_CONFIG`` too).
 * :func:`engine_option` is the ``--engine`` callback: one spelling per engine (aliases accepted, through
   :func:`agentcache.model._types.parse_engine`), the choices in the help, a bad name one error line.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup, TyperOption
@@ -28,10 +30,22 @@ try:  # typer >= 0.24 carries its own copy of click
 except ImportError:  # pragma: no cover - older typer on click
     from click.exceptions import UsageError  # type: ignore[assignment]
 
-__all__ = ["FormatChoice", "Group", "engine_metavar", "engine_option"]
+__all__ = ["ConfigFile", "FormatChoice", "Group", "engine_metavar", "engine_option"]
 
 #: Values of ``--format``: the loaders' input formats.
 FormatChoice = Enum("FormatChoice", {f.replace("-", "_"): f for f in FORMATS}, type=str)  # type: ignore[misc]
+
+#: ``--config FILE`` (or ``AGENTCACHE_CONFIG``): the TOML file of :func:`agentcache.configure` (its
+#: ``[agentcache]`` settings and ``[models.<provider>.<model>]`` price rows) and of the proxy's ``[proxy]`` options.
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        envvar="AGENTCACHE_CONFIG",
+        help="TOML file: \\[agentcache] settings, \\[models.PROVIDER.MODEL] prices of models the built-in table "
+        "lacks, \\[proxy] options.",
+    ),
+]
 
 
 class _Switch(TyperOption):

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from ._cli_base import FormatChoice, engine_metavar, engine_option
+from ._cli_base import ConfigFile, FormatChoice, engine_metavar, engine_option
 from ._cli_errors import EXIT_BAD_INPUT, Errors, fail
 from ._cli_inputs import load_all
 from ._cli_progress import progress_bar
@@ -74,8 +74,10 @@ def replay_command(
     fmt: Annotated[FormatChoice | None, typer.Option("--format", help="Input format, skipping detection.")] = None,
     tools: Annotated[Path | None, typer.Option(help="Tool schemas for tau-bench files.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds per request.")] = 600.0,
+    config_file: ConfigFile = None,
 ) -> None:
     """Replay recorded sessions against a real endpoint: cached tokens, TTFT p50/p95/p99, errors."""
+    from ._config import configure
     from .analysis._fmt import make_console
 
     try:
@@ -84,6 +86,10 @@ def replay_command(
         from ._install import install_hint
 
         raise fail(f"agentcache replay needs {exc.name or 'httpx'}: {install_hint('serve')}") from None
+    try:
+        configure(config_file)  # the session pipeline's settings (--via agentcache)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
 
     errors = Errors()
     records = load_all(paths, fmt.value if fmt is not None else None, None if tools is None else str(tools), errors)

@@ -1,7 +1,8 @@
 """Settings: environment variables ``AGENTCACHE_*`` and an optional TOML file.
 
-Precedence: explicit arguments > environment > TOML file (``AGENTCACHE_CONFIG`` or ``--config``) >
-defaults. Configure once at start-up (:func:`configure`); :func:`reset_settings` is for tests.
+Precedence: explicit arguments > environment > TOML file (:func:`configure`'s ``path``; on the command line
+``--config FILE`` or ``AGENTCACHE_CONFIG``, for every command that reads settings or prices) > defaults. Configure
+once at start-up (:func:`configure`); :func:`reset_settings` is for tests.
 """
 
 from __future__ import annotations

@@ -185,6 +185,16 @@ def install_models(models: Any) -> None:
     _warned.clear()
 
 
+def unknown_model(provider: str, model: str) -> ConfigError:
+    """The error for ``model`` missing from ``provider``'s price table, saying how to add it: a row in the
+    ``--config`` file (``AGENTCACHE_CONFIG``), not an edit of the installed package's table."""
+    need = "input_usd_per_mtok" + (" and cache_read_usd_per_mtok" if provider == "openai" else "")
+    return ConfigError(
+        f"unknown {provider} model {model!r}: give its prices in a config file (--config FILE or AGENTCACHE_CONFIG), "
+        f'a table [models.{provider}."{model}"] with {need} (other fields: {", ".join(sorted(MODEL_FIELDS))})'
+    )
+
+
 def _warn_unknown(provider: str, model: str, default: str) -> None:
     key = (provider, model[:200])
     if key in _warned or len(_warned) >= _MAX_WARNED:
