@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests import needs
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
 CASES = Path(__file__).resolve().parent / "cases"
@@ -72,18 +74,20 @@ def anthropic_messages(n: int, run: int = 0) -> list[dict[str, Any]]:
 
 
 def skip_reasons(reports: list[Any]) -> list[tuple[int, str]]:
-    """``(count, reason)`` per distinct skip reason of ``reports`` (pytest's skipped test reports), most first."""
+    """``(count, reason)`` per missing component (:mod:`tests.needs`) or other distinct skip reason of ``reports``
+    (pytest's skipped test reports), most first."""
     counts: Counter[str] = Counter()
     for report in reports:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
-        counts[str(reason).removeprefix("Skipped: ").strip() or "no reason given"] += 1
+        counts[needs.component(str(reason).removeprefix("Skipped: ").strip()) or "no reason given"] += 1
     return sorted(((n, r) for r, n in counts.items()), key=lambda nr: (-nr[0], nr[1]))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    """Why tests were skipped, grouped (``101 skipped: 96 need ...``), even under ``-q``: a bare count hides
-    whether a skip is the expected missing GPU/SGLang or a fixture that should have been there."""
+    """Why tests were skipped, grouped by missing component (``149 skipped: 119 needs SGLang ...``), even under
+    ``-q``: a bare count hides whether a skip is an expected missing component (tests/README.md) or a fixture that
+    should have been there."""
     reports = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "when", "") != "teardown"]
     if not reports:
         return

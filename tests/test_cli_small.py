@@ -17,6 +17,7 @@ from agentcache.analysis._render import _render_misses, render_report
 from agentcache.analysis._report import MissRecord
 from agentcache.loaders import load
 
+from . import needs
 from .conftest import skip_reasons
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +79,9 @@ def test_skip_reasons_are_grouped() -> None:
 
     reports = [skipped("need SGLang"), skipped("need a GPU"), skipped("need SGLang"), skipped("")]
     assert skip_reasons(reports) == [(2, "need SGLang"), (1, "need a GPU"), (1, "no reason given")]
+    # pytest.importorskip's reasons count under the extra that installs the module: one line per component
+    sdk = [skipped(f"could not import '{m}': No module named '{m}'") for m in ("openai", "anthropic", "openai")]
+    assert skip_reasons([*sdk, skipped(needs.LLAMA)]) == [(3, needs.extra("sdk")), (1, needs.LLAMA)]
 
 
 def test_pytest_q_prints_the_skip_summary(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentcache import _cli as cli
+from tests import needs
 from tests.clients.drivers import CLIENTS, SCENARIOS, find_binary
 from tests.clients.fake_upstream import unmarked
 from tests.clients.harness import (
@@ -47,7 +48,7 @@ def runs(request: pytest.FixtureRequest) -> tuple[Trace, Trace]:
     """(direct, proxied) traces of one client; skipped (or failed under AGENTCACHE_REQUIRE_CLIENTS=1) without it."""
     name: str = request.param
     if find_binary(CLIENTS[name].binary) is None:
-        message = f"{CLIENTS[name].binary} not installed (.ci/run installs it from npm)"
+        message = f"{needs.AGENT_CLIS}: {CLIENTS[name].binary} not found"
         if os.environ.get("AGENTCACHE_REQUIRE_CLIENTS") == "1":
             pytest.fail(message)
         pytest.skip(message)
@@ -138,7 +139,7 @@ def test_role_system_messages_keep_their_shape(runs: tuple[Trace, Trace]) -> Non
         if isinstance(m, dict) and m.get("role") == "system"
     ]
     if not pairs:
-        pytest.skip(f"{proxied.client} sends no role: system messages")
+        pytest.skip(f"{needs.NOT_APPLICABLE}: the client sends no role: system messages")
     for ex, i in pairs:
         assert ex.forwarded is not None
         sent, forwarded = ex.sent.body["messages"][i], ex.forwarded.body["messages"][i]

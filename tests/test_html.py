@@ -36,6 +36,7 @@ from agentcache.analysis._report import (
 )
 from agentcache.loaders import load
 from agentcache.simulate import SimUsage
+from tests import needs
 
 from .conftest import CASES, DATA
 
@@ -52,7 +53,7 @@ FLAGS = [
     "--hide-scrollbars",
 ]
 TAU = DATA / "tau-bench" / "gpt-4o-airline.json"
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason=needs.CHROMIUM)
 
 
 class _Tables(HTMLParser):

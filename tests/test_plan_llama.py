@@ -20,12 +20,13 @@ import pytest
 from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
 from agentcache.loaders import Record
 from agentcache.plan import ServerRenderer, TieredRadixCache
+from tests import needs
 
 LLAMA_SERVER = find_llama_server()
 SMOLLM2 = smollm2_model_path()
 pytestmark = [
     pytest.mark.llama,
-    pytest.mark.skipif(LLAMA_SERVER is None or SMOLLM2 is None, reason="llama-server or the SmolLM2 GGUF missing"),
+    pytest.mark.skipif(LLAMA_SERVER is None or SMOLLM2 is None, reason=needs.LLAMA),
 ]
 
 SLOT_CTX = 2048

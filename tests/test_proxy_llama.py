@@ -23,6 +23,7 @@ import pytest
 
 from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
 from agentcache.proxy import ProxyConfig, create_app
+from tests import needs
 from tests.conftest import policy, real_turns
 from tests.test_proxy_support import ServerThread, eventually, settings
 
@@ -32,7 +33,7 @@ pytestmark = [
     pytest.mark.llama,
     pytest.mark.skipif(
         LLAMA_SERVER is None or SMOLLM2 is None,
-        reason="llama-server or SmolLM2 GGUF missing (scripts/build-llama-server --with-model; CI builds them)",
+        reason=needs.LLAMA,
     ),
 ]
 TURNS = 4

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from agentcache._log import capture_logs
+from tests import needs
 from tests.test_proxy_support import ANTHROPIC_KEY, FakeUpstream, anthropic_body, conversation, proxy
 
 REDIS = shutil.which("redis-server")
@@ -39,7 +40,7 @@ def redis_url() -> Iterator[str]:
     if REDIS is None:
         if os.environ.get("CI"):  # in CI the Redis tests must run: .ci/run installs redis-server
             pytest.fail("CI without redis-server; see .ci/run")
-        pytest.skip("redis-server not installed (apt-get install -y redis-server)")
+        pytest.skip(needs.REDIS)
     port = _free_port()
     proc = subprocess.Popen(
         [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentcache._engines.llama import find_llama_server, smollm2_model_path
+from tests import needs
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = (
@@ -41,7 +42,7 @@ def _data(path: Path) -> Path:
 @pytest.mark.llama
 @pytest.mark.skipif(
     find_llama_server() is None or smollm2_model_path() is None,
-    reason="llama-server or the SmolLM2 GGUF is missing (run scripts/build-llama-server --with-model)",
+    reason=needs.LLAMA,
 )
 def test_multiturn_benchmark_on_llama_cpp(tmp_path: Path) -> None:
     out, raw = tmp_path / "table.md", tmp_path / "results.json"

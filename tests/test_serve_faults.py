@@ -21,6 +21,7 @@ from rich.console import Console
 
 from agentcache.serve import ProcessSpec, ReadyCheck, ServePlan, Supervisor
 from agentcache.serve._supervisor import is_ready
+from tests import needs
 
 STUB = Path(__file__).resolve().parent / "fixtures" / "stub_engine.py"
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,7 +176,7 @@ def test_the_proxy_runs_as_a_child_in_front_of_the_engine(tmp_path: Path, stub_e
     from agentcache.serve._preflight import proxy_available
 
     if not proxy_available():
-        pytest.skip("agentcache.proxy (extra 'proxy') is not installed")
+        pytest.skip(needs.extra("proxy"))
     port = free_port()
     proc = serve(tmp_path, stub_env, "ok", port, "--proxy")
     try:

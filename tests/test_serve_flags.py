@@ -42,6 +42,7 @@ from agentcache.serve._sglang import (
     SGLANG_FLAGS,
     SGLANG_VERSION,
 )
+from tests import needs
 
 FIELDS = "sglang/srt/arg_groups/fields/"
 
@@ -73,7 +74,7 @@ def wheel() -> zipfile.ZipFile:
     if path is None and os.environ.get("CI"):  # pragma: no cover - CI has PyPI: the contract must be checked
         pytest.fail(f"sglang {SGLANG_VERSION} wheel could not be downloaded into {directory}")
     if path is None:
-        pytest.skip(f"sglang {SGLANG_VERSION} wheel not cached in {directory} and pip download failed (offline?)")
+        pytest.skip(needs.SGLANG_WHEEL)
     return zipfile.ZipFile(path)
 
 
@@ -315,7 +316,7 @@ def _sglang_importable() -> bool:
     return importlib.util.find_spec("sglang") is not None and importlib.util.find_spec("torch") is not None
 
 
-@pytest.mark.skipif(not _sglang_importable(), reason="sglang and (CPU) torch are not importable here")
+@pytest.mark.skipif(not _sglang_importable(), reason=needs.SGLANG)
 @pytest.mark.parametrize("argv", ALL_ARGVS, ids=lambda a: " ".join(a[4:])[:90])
 def test_prepare_server_args_accepts(argv: list[str]) -> None:  # pragma: no cover - needs sglang installed
     from sglang.srt.server_args import prepare_server_args

@@ -28,6 +28,7 @@ from agentcache import _cli as cli
 from agentcache._engines.llama import find_llama_server, smollm2_model_path
 from agentcache.serve import ReadyCheck
 from agentcache.serve._supervisor import is_ready
+from tests import needs
 
 LLAMA_SERVER = find_llama_server()
 SMOLLM2 = smollm2_model_path()
@@ -36,7 +37,7 @@ TAU = ROOT / "data" / "tau-bench" / "gpt-4o-airline.json"
 
 needs_llama = pytest.mark.skipif(
     LLAMA_SERVER is None or SMOLLM2 is None,
-    reason="llama-server or the SmolLM2 GGUF is missing (run scripts/build-llama-server --with-model)",
+    reason=needs.LLAMA,
 )
 
 SYSTEM = " ".join(
@@ -175,7 +176,7 @@ def test_serve_with_the_proxy_in_front(tmp_path: Path) -> None:
 
     openai = pytest.importorskip("openai")
     if not proxy_available():
-        pytest.skip("agentcache.proxy (extra 'proxy') is not installed")
+        pytest.skip(needs.extra("proxy"))
     port = _free_port()
     argv = [sys.executable, "-m", "agentcache", "serve", str(SMOLLM2), "--port", str(port), "--sessions", "1",
             "--ctx-per-session", "4096", "--log-dir", str(tmp_path)]  # fmt: skip
