@@ -2,10 +2,10 @@
 every field of the event as logged.
 
 An event with a view in :data:`VIEWS` shows only the view's fields, in the view's order, under short labels
-(``session`` for ``session_signal.session_id``): a proxy request line is about 200 characters instead of 1,100.
-Any other event shows all its fields. Either way values are made readable: no ``None`` or empty values, enum
-members as their values, floats to four significant digits, nested mappings flattened to dotted keys, lists
-joined with commas.
+(``session`` for ``session_signal.session_id``): a proxy request line is about 250 characters instead of 1,100,
+the proxy's start line names only the settings that differ from the defaults. Any other event shows all its
+fields. Either way values are made readable: no ``None`` or empty values, enum members as their values, floats to
+four significant digits, nested mappings flattened to dotted keys, lists joined with commas.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ VIEWS: dict[str, tuple[tuple[str, str], ...]] = {
         ("upstream", "upstream"),
         ("engine", "engine"),
         ("store", "store"),
+        ("settings", "changed"),
     ),
     "proxy.request": (
         ("route", "route"),
@@ -68,10 +69,8 @@ def short_form(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any
     """structlog processor: ``event`` in its console form (see the module docstring)."""
     out = {k: event[k] for k in _FRAME if k in event}
     view = VIEWS.get(str(event.get("event")))
-    if view is not None:
-        fields: Iterator[tuple[str, Any]] = ((label, _get(event, path)) for label, path in view)
-    else:
-        fields = _flatten({k: v for k, v in event.items() if k not in _FRAME})
+    shown = {label: _get(event, path) for label, path in view} if view is not None else event
+    fields = _flatten({k: v for k, v in shown.items() if k not in _FRAME})
     for label, value in fields:
         text = readable(value)
         if text:

@@ -167,3 +167,20 @@ def test_failure_reason_reads_the_cause_chain() -> None:
     assert failure_reason(httpx.RemoteProtocolError("Server disconnected\nwithout sending a response.")) == (
         "RemoteProtocolError: Server disconnected without sending a response."
     )
+
+
+def test_the_start_line_names_only_the_settings_that_differ(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import uvicorn
+
+    from agentcache._config import load_settings
+    from agentcache.proxy import serve
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    configure_logging("console", "info")
+    serve(load_proxy_config(port=0, upstream="http://127.0.0.1:9"), load_settings(coalesce=False, markers="own"))
+    [start] = [ln for ln in capsys.readouterr().err.splitlines() if "proxy.start" in ln]
+    assert start.endswith(
+        " upstream=http://127.0.0.1:9 engine=none store=memory settings.markers=own settings.coalesce=false"
+    )

@@ -72,6 +72,7 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         engine=config.engine,
         store="redis" if config.redis_url else "memory",
         settings=settings.model_dump(),
+        changed=settings.model_dump(exclude_defaults=True),  # what the console line shows of the settings
     )
     try:
         with _sigterm_raises():
