@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["AGENT_CLIS", "CHROMIUM", "LLAMA", "NOT_APPLICABLE", "REDIS", "SGLANG", "SGLANG_WHEEL", "component", "extra"]
+__all__ = ["CHROMIUM", "LLAMA", "NOT_APPLICABLE", "REDIS", "SGLANG", "SGLANG_WHEEL", "agent_cli", "component", "extra"]
 
 SGLANG = "needs SGLang: sglang and (CPU) torch importable (not in CI; see tests/README.md)"
 SGLANG_WHEEL = "needs the sglang wheel: downloaded from PyPI once into ~/.cache/agentcache/wheels (offline?)"
 LLAMA = "needs llama.cpp: llama-server and the SmolLM2 GGUF (scripts/build-llama-server --with-model)"
 CHROMIUM = "needs Chromium (apt-get install chromium)"
 REDIS = "needs redis-server (apt-get install redis-server)"
-AGENT_CLIS = "needs the agent CLIs claude, codex and opencode (npm; .ci/run installs them)"
 #: Not a missing component: the test does not apply to what it was given (a client that sends no such message).
 NOT_APPLICABLE = "does not apply"
 
@@ -32,6 +31,11 @@ _EXTRAS = {
     "litellm": "frameworks",
 }
 _IMPORT = re.compile(r"could not import '([\w.]+)'")
+
+
+def agent_cli(binary: str) -> str:
+    """The reason for a missing agent CLI (``claude``, ``codex``, ``opencode``, ``qwen``)."""
+    return f"needs the {binary} CLI (npm; .ci/run installs it)"
 
 
 def extra(name: str) -> str:

@@ -48,7 +48,7 @@ def runs(request: pytest.FixtureRequest) -> tuple[Trace, Trace]:
     """(direct, proxied) traces of one client; skipped (or failed under AGENTCACHE_REQUIRE_CLIENTS=1) without it."""
     name: str = request.param
     if find_binary(CLIENTS[name].binary) is None:
-        message = f"{needs.AGENT_CLIS}: {CLIENTS[name].binary} not found"
+        message = needs.agent_cli(CLIENTS[name].binary)
         if os.environ.get("AGENTCACHE_REQUIRE_CLIENTS") == "1":
             pytest.fail(message)
         pytest.skip(message)

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests import needs
 from tests.clients.drivers import Client, RunOutput, find_binary
 from tests.clients.fake_upstream import FakeUpstream, serve
 
@@ -57,7 +58,7 @@ class Generated:
 def require(binary: str) -> None:
     """Skip the module when ``binary`` is not installed (fail under ``AGENTCACHE_REQUIRE_CLIENTS=1``, as CI sets)."""
     if find_binary(binary) is None:
-        message = f"{binary} not installed (.ci/run installs it from npm)"
+        message = needs.agent_cli(binary)
         if os.environ.get("AGENTCACHE_REQUIRE_CLIENTS") == "1":
             pytest.fail(message)
         pytest.skip(message)
