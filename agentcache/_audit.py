@@ -36,7 +36,7 @@ from .analysis._ledger import Ledger
 from .analysis._report import AuditReport, ModelRecord, ProviderMissRecord
 from .loaders import Record
 from .model._provider import compare, read_diagnosis
-from .model._rules import anthropic_rules, default_model, lookup_model, normalize_model, openai_rules
+from .model._rules import anthropic_rules, default_model, lookup_model, normalize_model, openai_rules, unknown_model
 from .model._types import TargetKind
 from .model._usage import CacheUsage, normalize_usage, served_by
 from .policies import STRATEGIES
@@ -83,7 +83,7 @@ def audit(
     if name != TargetKind.ENGINE:
         rules_for = anthropic_rules if name == TargetKind.ANTHROPIC else openai_rules
         if model is not None and not rules_for(model).known:
-            raise ConfigError(f"unknown {name} model {model!r}: add it to agentcache/data/models.toml")
+            raise unknown_model(str(name), model)
     strategies: tuple[str, ...] = ()
     if compare and name == TargetKind.ANTHROPIC:
         strategies = STRATEGIES
