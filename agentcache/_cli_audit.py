@@ -146,6 +146,12 @@ def audit_command(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="List the first records of each file that could not be read.")
     ] = False,
+    sample: Annotated[
+        bool,
+        typer.Option(
+            "--sample", help="Audit the sample bundled with agentcache (synthetic Claude Code logs of a few days)."
+        ),
+    ] = False,
     config: ConfigFile = None,
 ) -> None:
     """Audit agents' logs or recorded traffic: what prompt caching cost, what it could cost, and why each miss
@@ -160,6 +166,8 @@ def audit_command(
         raise fail(str(exc)) from None
     window = {"since": since, "until": until}
     named = list(paths or [])
+    if sample:
+        named.append(sample_path())
     if not named:
         named = _found_logs(json_output)
         if not named:
@@ -173,10 +181,18 @@ def audit_command(
         _nothing(inputs, named, errors, window, project)
         raise typer.Exit(EXIT_BAD_INPUT)
     options = (provider.value if provider else None, model, compare, ttft)
-    logs, simulated = _run(inputs, options, errors, json_output)
+    logs, simulated = _run(inputs, named, options, errors, json_output)
     _emit(logs, simulated, [b.value for b in by] if by else None, json_output, html, named, errors)
     if errors.count or (logs is None and simulated is None):
         raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def sample_path() -> Path:
+    """The sample bundled with the package: synthetic Claude Code transcripts (``benchmarks/_claude_corpus.py``
+    wrote them: generated text, usage a provider cache would report, every inferred cause in it)."""
+    from importlib import resources
+
+    return Path(str(resources.files("agentcache") / "data" / "sample"))
 
 
 def _found_logs(quiet: bool) -> list[Path]:
@@ -215,12 +231,16 @@ def _nothing(
 
 
 def _run(
-    inputs: Inputs, options: tuple[str | None, str | None, bool, float | None], errors: Errors, quiet_json: bool
+    inputs: Inputs,
+    named: list[Path],
+    options: tuple[str | None, str | None, bool, float | None],
+    errors: Errors,
+    quiet_json: bool,
 ) -> tuple[AuditReport | None, AuditReport | None]:
     """The logs' report (None without usage records) and the recorded requests' report (None without records)."""
     from ._logging import without_events
 
-    logs = _audit_logs(inputs) if inputs.usage_records else None
+    logs = _audit_logs(inputs, named) if inputs.usage_records else None
     simulated = None
     if inputs.records:
         # The table names unknown models in its header; the JSON document only in its "models" list, so there the
@@ -236,7 +256,7 @@ def _run(
     return logs, simulated
 
 
-def _audit_logs(inputs: Inputs) -> AuditReport:
+def _audit_logs(inputs: Inputs, named: list[Path]) -> AuditReport:
     from ._audit_logs import audit_logs
     from ._config import get_settings
     from .analysis._report_logs import SourceRow
@@ -248,11 +268,19 @@ def _audit_logs(inputs: Inputs) -> AuditReport:
         if not files:
             continue
         calls = [u for u in inputs.usage_records if u.client == fmt.name]
-        roots = tuple(sorted({str(r.path.parent) for r in files}))
-        shown = roots if len(roots) <= 3 else (*roots[:2], f"… {len(roots) - 2} more folders")
+        roots = tuple(sorted({_root_of(r.path, named) for r in files}))
+        shown = roots if len(roots) <= 3 else (*roots[:2], f"… {len(roots) - 2} more")
         errors = sum(len(r.errors) for r in files)
         rows.append(SourceRow(fmt.client, shown, len(files), len(calls), len({c.session for c in calls}), errors))
     return audit_logs(inputs.usage_records, get_settings(), rows)
+
+
+def _root_of(path: Path, named: list[Path]) -> str:
+    """The input the user named (or agentcache found) that holds ``path``: a folder given, else the file."""
+    for root in named:
+        if root == path or root in path.parents:
+            return str(root)
+    return str(path.parent)
 
 
 def _audit_records(

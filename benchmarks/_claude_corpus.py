@@ -70,7 +70,9 @@ TOOLS_TOKENS, SYSTEM_TOKENS = 14_000, 6_000
 class Shape:
     """How the corpus looks: ``sessions`` main sessions over ``days`` days; user turns per session; tool calls per
     turn; tool output size (tokens); the share of sessions on 1h TTLs, that spawn subagents, that switch models;
-    compaction above ``compact_at`` prompt tokens; ``text_per_token`` characters written per token counted."""
+    compaction above ``compact_at`` prompt tokens; the share of turns after which the client rewrote its history
+    (``edit_share``: only the tools and system prompt still match); ``text_per_token`` characters written per
+    token counted."""
 
     sessions: int = 20
     days: int = 3
@@ -80,6 +82,7 @@ class Shape:
     one_hour_share: float = 0.2
     subagent_share: float = 0.3
     model_switch_share: float = 0.1
+    edit_share: float = 0.04
     compact_at: int = 120_000
     text_per_token: float = 4.0  # characters of text written per token counted (the sample writes less text)
     seed: int = 7
@@ -288,6 +291,9 @@ def _session(root: Path, shape: Shape, rng: random.Random, cache: _Cache, start:
                 s.rebuilt = True
             if rng.random() < shape.model_switch_share:
                 s.model = s.static_key = next(m for m in MODELS if m != s.model)
+                s.cached = 0  # a cache is per model: nothing of this conversation is cached for the other one
+            elif rng.random() < shape.edit_share:  # the client rewrote its history: only the static prefix matches
+                s.cached = min(s.cached, s.static)
         prompt = rng.randint(20, 400)
         w.user(t, prompt)
         s.history += prompt
@@ -319,7 +325,17 @@ def write_corpus(root: Path, shape: Shape | None = None) -> Corpus:
 
 
 #: The sample bundled with the package (``agentcache audit --sample``): a few days of three developers' sessions.
-SAMPLE = Shape(sessions=12, days=3, turns=(3, 9), output_tokens=(30, 1_200), text_per_token=0.05, seed=11)
+SAMPLE = Shape(
+    sessions=12,
+    days=3,
+    turns=(3, 9),
+    output_tokens=(30, 1_500),
+    model_switch_share=0.12,
+    edit_share=0.08,
+    compact_at=45_000,
+    text_per_token=0.05,
+    seed=13,
+)
 
 
 if __name__ == "__main__":  # python benchmarks/_claude_corpus.py DIR: write the bundled sample into DIR

@@ -119,19 +119,20 @@ def _sessions(sessions: list[SessionReport], console: Console, limit: int) -> No
     top = sorted(sessions, key=lambda s: -s.usd_lost)[:limit]
     if not top or not top[0].usd_lost:
         return
+    clients = len({s.client for s in sessions}) > 1  # one agent's logs: no client column
+    columns = ["session", *(["client"] if clients else []), "started", ">calls", ">hit rate", ">reported USD"]
     table = _table(
-        f"Top {_plural(len(top), 'session')} by USD lost to misses",
-        ["session", "client", "started", ">calls", ">hit rate", ">reported USD", ">USD lost", ">agentcache USD"],
+        f"Top {_plural(len(top), 'session')} by USD lost to misses", [*columns, ">USD lost", ">agentcache USD"]
     )
     for s in top:
         rep, ours = s.arms["reported"], s.arms["agentcache"]
         started = dt.datetime.fromtimestamp(s.started, dt.UTC).strftime("%m-%d %H:%M") if s.started else "—"
         name = _short(s.session) + (" (subagent)" if s.parent is not None else "")
-        cells = [name, s.client or "—", started, _int(s.requests), _pct(rep.hit_rate), _usd(rep.cost_usd)]
-        table.add_row(*cells, _usd(s.usd_lost), _usd(ours.cost_usd))
+        cells = [name, *([s.client or "—"] if clients else []), started, _int(s.requests), _pct(rep.hit_rate)]
+        table.add_row(*cells, _usd(rep.cost_usd), _usd(s.usd_lost), _usd(ours.cost_usd))
     console.print(table)
 
 
-def _short(session: str, width: int = 24) -> str:
+def _short(session: str, width: int = 20) -> str:
     """A session id short enough for a table column: its start and end (ids are unique at both ends)."""
     return session if len(session) <= width else f"{session[: width // 2 - 1]}…{session[-(width // 2 - 1) :]}"

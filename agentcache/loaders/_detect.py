@@ -29,7 +29,8 @@ FORMATS: tuple[str, ...] = RECORD_FORMATS + tuple(f.name for f in LOG_FORMATS)
 #: How many leading JSON lines of a ``.jsonl`` file an agent format may look at, and how many bytes at most.
 SNIFF_LINES = 20
 SNIFF_BYTES = 1 << 22
-_JSONL_KEYS = frozenset({"session", "api", "body"})
+#: The keys every line of a JSONL request log has.
+JSONL_KEYS = frozenset({"session", "api", "body"})
 
 
 def shape_format(doc: Any) -> str | None:
@@ -39,7 +40,7 @@ def shape_format(doc: Any) -> str | None:
             return "case"
         if ("trajectory" in doc or "history" in doc) and ("info" in doc or "environment" in doc):
             return "swe-agent"
-        if doc.keys() >= _JSONL_KEYS:
+        if doc.keys() >= JSONL_KEYS:
             return "jsonl"
         return None
     if not isinstance(doc, list) or not doc or not all(isinstance(item, dict) for item in doc):
@@ -60,7 +61,7 @@ def _first_line_is_record(text: str) -> bool:
         obj = json.loads(line)
     except (json.JSONDecodeError, RecursionError):
         return False
-    return isinstance(obj, dict) and obj.keys() >= _JSONL_KEYS
+    return isinstance(obj, dict) and obj.keys() >= JSONL_KEYS
 
 
 def first_objects(path: Path) -> list[dict[str, Any]]:

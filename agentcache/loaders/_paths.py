@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentcache._exceptions import InputError
-from agentcache.loaders._detect import log_format, sniff
+from agentcache.loaders._detect import JSONL_KEYS, first_objects, log_format, sniff
 from agentcache.loaders._formats import LOG_FORMATS, LogFormat
 from agentcache.loaders._record import Record, UsageRecord
 
@@ -166,6 +166,9 @@ def _claimed(path: Path) -> str | None:
         fmt = log_format(path)
         if fmt is not None or path.suffix.lower() not in _JSON_SUFFIXES:
             return fmt
+        if path.suffix.lower() == ".jsonl":  # claimed only when it starts like a request log, not any JSON lines
+            first = first_objects(path)
+            return "jsonl" if first and first[0].keys() >= JSONL_KEYS else None
         return sniff(path)[0]
     except InputError:
         return None
