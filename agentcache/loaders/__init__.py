@@ -96,7 +96,7 @@ def load(path: str | os.PathLike[str], format: str | None = None, *, tools_path:
     if agent is not None:
         read = agent.read(p)
         return LoadResult(
-            records=[],
+            records=in_time_order(read.records),
             format=format,
             errors=read.errors,
             usage_records=read.usage_records,

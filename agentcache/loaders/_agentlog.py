@@ -10,35 +10,42 @@ line that looks like the format but cannot be read is an error (:class:`~agentca
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentcache._exceptions import InputError
 from agentcache.loaders._common import problem
-from agentcache.loaders._record import UsageRecord
+from agentcache.loaders._record import Record, UsageRecord
 
 __all__ = ["LogRead", "json_lines"]
 
 
 @dataclass(slots=True)
 class LogRead:
-    """What reading one agent log gave: its ``usage_records`` (one per API call, in file order), ``errors`` (one
-    per line that could not be read), ``lines`` read, lines ``ignored`` (not API calls) and whether the last line
-    was ``truncated`` (still being written)."""
+    """What reading one agent log gave: its ``usage_records`` (one per API call, in file order), ``records`` (the
+    calls whose exact request body the log lets a reader rebuild or holds, with that body), ``errors`` (one per
+    line that could not be read), ``lines`` read, lines ``ignored`` (not API calls) and whether the last line was
+    ``truncated`` (still being written)."""
 
     usage_records: list[UsageRecord] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
     lines: int = 0
     ignored: int = 0
     truncated: bool = False
 
 
-def json_lines(path: Path, read: LogRead) -> Iterator[tuple[int, dict[str, Any]]]:
+def json_lines(
+    path: Path, read: LogRead, skip: Callable[[bytes], bool] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line index, object)`` for each JSON-object line of ``path``, streamed. Blank lines are skipped; a line
     that is not a JSON object becomes an error in ``read`` (the last line, cut short, sets ``read.truncated``
-    instead). Raises :class:`InputError` when the file cannot be opened."""
+    instead). ``skip(raw line)``: True for a line the reader knows it will ignore without parsing it (a cheap
+    bytes test that spares ``json.loads`` of a big line): counted in ``lines`` and ``ignored``, never yielded; a
+    last line without its newline is parsed anyway, to tell a line still being written. Raises
+    :class:`InputError` when the file cannot be opened."""
     try:
         f = path.open("rb")
     except OSError as exc:
@@ -47,16 +54,21 @@ def json_lines(path: Path, read: LogRead) -> Iterator[tuple[int, dict[str, Any]]
         pending: tuple[int, bytes] | None = None
         for i, raw in enumerate(f):
             if pending is not None:
-                yield from _parse(path, *pending, read, last=False)
+                yield from _parse(path, *pending, read, last=False, skip=skip)
             pending = (i, raw)
         if pending is not None:
-            yield from _parse(path, *pending, read, last=True)
+            yield from _parse(path, *pending, read, last=True, skip=skip)
 
 
-def _parse(path: Path, i: int, raw: bytes, read: LogRead, last: bool) -> Iterator[tuple[int, dict[str, Any]]]:
+def _parse(
+    path: Path, i: int, raw: bytes, read: LogRead, last: bool, skip: Callable[[bytes], bool] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     if not raw.strip():
         return
     read.lines += 1
+    if skip is not None and (raw.endswith(b"\n") or not last) and skip(raw):
+        read.ignored += 1
+        return
     try:
         obj = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
