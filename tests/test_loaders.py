@@ -21,7 +21,7 @@ CASES = ROOT / "tests" / "cases"
 def test_formats() -> None:
     # Formats with request bodies, then the agents' own logs (LOG_FORMATS).
     assert FORMATS[:6] == ("taubench", "swe-agent", "openhands", "chat", "case", "jsonl")
-    assert {"codex", "opencode", "qwen-code"} <= set(FORMATS[6:])
+    assert {"claude-code", "codex", "opencode", "qwen-code"} <= set(FORMATS[6:])
 
 
 @pytest.mark.parametrize(
