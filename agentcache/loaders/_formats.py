@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentcache.loaders import _claude_code, _codex, _opencode, _qwen
+from agentcache.loaders import _claude_code, _claude_code_bodies, _codex, _opencode, _qwen
 from agentcache.loaders._agentlog import LogRead
 
 __all__ = ["LOG_FORMATS", "LogFormat"]
@@ -50,6 +50,7 @@ class LogFormat:
 #: Every agent log format agentcache reads, in detection order.
 LOG_FORMATS: tuple[LogFormat, ...] = (
     LogFormat("claude-code", "Claude Code", *_claude_code.HOOKS),
+    LogFormat("claude-code-bodies", "Claude Code", *_claude_code_bodies.HOOKS),
     LogFormat("codex", "Codex CLI", _codex.read_codex, _codex.sniff_lines, default_roots=_codex.default_roots),
     LogFormat(
         "opencode",
