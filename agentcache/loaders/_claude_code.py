@@ -63,6 +63,29 @@ _EVENT = (b'"compact_boundary"', b'"isCompactSummary":true', b'"type":"cost-stat
 _REQUEST = b'"type":"api-request'
 _USER = b'"type":"user"'
 _INLINE_SIDECHAIN = b'"isSidechain":true'
+#: How much of a line's start tells its kind: the scalar fields Claude Code writes first (``parentUuid``,
+#: ``isSidechain``, ``promptId``), then a user line's own ``type`` or an assistant line's ``message.type``.
+_HEAD = 512
+_TYPE = b'"type":"'
+#: First ``type`` values in a line's head that mean the line is read: an assistant line (``message`` comes before
+#: its own ``type``, so the head shows ``message.type``), and the event and request lines.
+_READ = frozenset({"message", "assistant", "system", "cost-state", "last-prompt", "api-request", "api-request-shape",
+                   "api-request-blob"})  # fmt: skip
+
+
+def _head_kind(raw: bytes) -> tuple[str, bool] | None:
+    """(the first ``type`` value in the line's head, whether it is the line's own type), or None when the head
+    does not say (then the whole line is searched). An ``attachment`` line (its ``attachment`` object comes before
+    its ``type``) is told by that key."""
+    head = raw[:_HEAD]
+    at = head.find(_TYPE)
+    if at < 0:
+        return None
+    own = head.startswith(b'{"type":"')
+    if not own and b'"attachment":{' in head[:at]:
+        return "attachment", True
+    end = head.find(b'"', at + len(_TYPE))
+    return (head[at + len(_TYPE) : end].decode("utf-8", "replace"), own) if end > 0 else None
 
 
 def sniff_lines(first: list[dict[str, Any]]) -> bool:
@@ -94,15 +117,16 @@ def default_roots(environ: Mapping[str, str]) -> list[Path]:
     return [*roots, home / ".claude" / "projects", home / ".config" / "claude" / "projects"]
 
 
-def read(path: Path) -> LogRead:
-    """Every API call of one transcript (:class:`UsageRecord`, file order) and, where 2.1.332's request records let
-    it be rebuilt and checked, its request body (:class:`Record`). Raises InputError when the file cannot be
-    opened; a bad line is an error in the result."""
+def read(path: Path, bodies: bool = True) -> LogRead:
+    """Every API call of one transcript (:class:`UsageRecord`, file order) and, unless ``bodies`` is False, each
+    request body 2.1.332's records let be rebuilt and checked (:class:`Record`; without them the user lines, most
+    of the bytes, are not parsed at all). Raises InputError when the file cannot be opened; a bad line is an error
+    in the result."""
     out = LogRead()
     if path.name.endswith(".meta.json"):
         out.lines = out.ignored = 1  # a subagent's description (agentType), no call
         return out
-    state = _Transcript(path, out)
+    state = _Transcript(path, out, bodies)
     for i, obj in json_lines(path, out, skip=state.skip):
         state.line(i, obj)
     state.finish()
@@ -141,18 +165,31 @@ def unix_time(value: Any) -> float | None:
 class _Transcript:
     """What one transcript gave so far: its calls, each session's pending events, its request records."""
 
-    def __init__(self, path: Path, out: LogRead) -> None:
-        self.path, self.out = path, out
+    def __init__(self, path: Path, out: LogRead, bodies: bool) -> None:
+        self.path, self.out, self.bodies = path, out, bodies
         self.compaction_file = path.name.startswith("agent-acompact")
         self.calls: dict[str, _Call] = {}
         self.compacted: set[str] = set()
         self.ends = [0, 0]  # cost-state, last-prompt lines so far: a process ended
         self.roots: dict[str, str] = {}  # inline sidechain line uuid -> its chain's first uuid
+        self.agents = False  # a line named its agentId: sidechains need no chain of their own
         self.requests: RequestLog | None = None  # once the file shows it records its requests
-        self.held: list[dict[str, Any]] | None = []  # lines read before the file shows whether it does
+        self.held: list[dict[str, Any]] | None = [] if bodies else None  # lines read before the file shows it
 
     def skip(self, raw: bytes) -> bool:
-        """True for a line that cannot matter (see the module docstring)."""
+        """True for a line that cannot matter (see the module docstring), told from its head where it can be."""
+        told = _head_kind(raw)
+        if told is None:
+            return self._skip_searching(raw)
+        kind, own = told
+        if kind in _READ:
+            return False
+        if kind == "user":
+            sidechain = not self.agents and _INLINE_SIDECHAIN in raw[:_HEAD]
+            return not (sidechain or self.requests is not None or self.held is not None)
+        return own or kind == "attachment" or self._skip_searching(raw)
+
+    def _skip_searching(self, raw: bytes) -> bool:
         if any(m in raw for m in _CALL) or any(m in raw for m in _EVENT) or _REQUEST in raw:
             return False
         if _INLINE_SIDECHAIN in raw and b'"agentId"' not in raw:
@@ -178,6 +215,8 @@ class _Transcript:
     def _requests(self, kind: Any, obj: dict[str, Any]) -> None:
         """Pass the line to the request records, once the file shows it has them: an ``api-request`` line, or a
         first call answering one (``requestRef``); a first call without is an older version's file."""
+        if not self.bodies:
+            return
         if self.requests is None and (kind == "api-request" or (kind == "assistant" and self.held is not None)):
             if kind == "api-request" or "requestRef" in obj:
                 self.requests = RequestLog(self.path)
@@ -197,6 +236,7 @@ class _Transcript:
             return sid, None, "compaction"
         agent = obj.get("agentId")
         if isinstance(agent, str) and agent:
+            self.agents = True
             return f"{sid}/agent-{agent}", sid, "subagent"
         if obj.get("isSidechain") is True:
             uuid, parent = obj.get("uuid"), obj.get("parentUuid")

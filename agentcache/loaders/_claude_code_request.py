@@ -42,6 +42,7 @@ import functools
 import hashlib
 import json
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +133,17 @@ def _underlying(message: dict[str, Any]) -> dict[str, Any]:
 
 
 class _Runs:
-    """Hashes of the runs of transcript lines, as Claude Code hashes them, each with its message."""
+    """Hashes of the runs of transcript lines, as Claude Code hashes them, each with its message; the canonical bytes
+    of the latest few messages are kept (the next request adds them: hashing it need not serialize them again)."""
+
+    RECENT = 16
 
     def __init__(self) -> None:
         self.messages: dict[str, dict[str, Any]] = {}
+        self.recent: OrderedDict[int, tuple[dict[str, Any], bytes]] = OrderedDict()
         self._role: str | None = None
         self._id: str | None = None
-        self._hash: Any = None
+        self._parts: list[bytes] = []
         self._blocks: list[Any] = []
         self._string: str | None = None
 
@@ -152,20 +157,25 @@ class _Runs:
             self.reset()
             return
         if not same:
-            self._role, self._id, self._blocks = role, message_id, []
-            self._hash = hashlib.sha256(b'{"content":[')
+            self._role, self._id, self._parts, self._blocks = role, message_id, [], []
             self._string = content if isinstance(content, str) else None
         else:
             self._string = None
         for block in blocks:
-            if self._blocks:
-                self._hash.update(b",")
-            self._hash.update(canonical(_strip_markers(block)))
+            raw = canonical(block)
+            self._parts.append(canonical(_strip_markers(block)) if b'"cache_control"' in raw else raw)
             self._blocks.append(block)
-        end = self._hash.copy()
-        end.update(b'],"role":' + canonical(role) + b"}")
-        content_out: Any = self._string if self._string is not None else list(self._blocks)
-        self.messages[end.hexdigest()] = {"role": role, "content": content_out}
+        data = b'{"content":[' + b",".join(self._parts) + b'],"role":' + canonical(role) + b"}"
+        message = {"role": role, "content": self._string if self._string is not None else list(self._blocks)}
+        self.messages[hashlib.sha256(data).hexdigest()] = message
+        self.recent[id(message)] = (message, data)
+        if len(self.recent) > self.RECENT:
+            self.recent.popitem(last=False)
+
+    def bytes_of(self, message: dict[str, Any]) -> bytes | None:
+        """The canonical bytes of a recent run message (no markers), or None."""
+        known = self.recent.get(id(message))
+        return known[1] if known is not None and known[0] is message else None
 
 
 class _Marked:
@@ -229,7 +239,8 @@ class RequestLog:
         self.messages: dict[str, list[dict[str, Any]] | None] = {}
         self.first_text: str | None = None
         self.entrypoint = "unknown"
-        self._canon: dict[int, tuple[dict[str, Any], bytes]] = {}  # id -> (the message, kept alive; its bytes)
+        self._canon: dict[int, tuple[Any, bytes]] = {}  # id -> (a system block or tool, kept alive; its bytes)
+        self._chain: tuple[bytes, list[dict[str, Any]], list[Any]] | None = None  # the last digest's messages
 
     def note(self, obj: dict[str, Any]) -> None:
         """Take one transcript line into account."""
@@ -328,27 +339,44 @@ class RequestLog:
         return body, meta
 
     def _digest(self, params: dict[str, Any], logical: dict[str, Any]) -> str:
-        """``requestDigest`` of a rebuilt request (each unmarked message's canonical bytes computed once)."""
-        h = hashlib.sha256()
+        """``requestDigest`` of a rebuilt request. The hash state after each message is kept, so a request that
+        extends the previous one (the same message objects first) hashes only what it adds."""
         fields = {**{k: v for k, v in params.items() if k not in _UNRECORDED}, **logical}
-        for n, key in enumerate(sorted(fields)):
-            h.update(b"{" if n == 0 else b",")
-            h.update(canonical(key) + b":")
-            if key == "messages":
-                h.update(b"[")
-                h.update(b",".join(self._message_bytes(m) for m in fields[key]))
-                h.update(b"]")
-            else:
-                h.update(canonical(fields[key]))
-        h.update(b"}" if fields else b"{}")
+        keys = sorted(fields)
+        at = keys.index("messages")
+        head = b"{" + b"".join(canonical(k) + b":" + self._value(fields[k]) + b"," for k in keys[:at])
+        head += b'"messages":['
+        messages: list[dict[str, Any]] = fields["messages"]
+        chain = self._chain if self._chain is not None and self._chain[0] == head else None
+        same, states = 0, []
+        if chain is not None:
+            limit = min(len(chain[1]), len(messages))
+            while same < limit and chain[1][same] is messages[same]:
+                same += 1
+            states = chain[2][:same]
+        h = states[-1].copy() if states else hashlib.sha256(head)
+        for n in range(same, len(messages)):
+            data = self.runs.bytes_of(messages[n]) or self._message_bytes(messages[n])
+            h.update(b"," + data if n else data)
+            states.append(h.copy())
+        self._chain = (head, list(messages), states)
+        h.update(b"]" + b"".join(b"," + canonical(k) + b":" + self._value(fields[k]) for k in keys[at + 1 :]) + b"}")
         return h.hexdigest()
 
-    def _message_bytes(self, message: dict[str, Any]) -> bytes:
-        cached = self._canon.get(id(message))
-        if cached is not None and cached[0] is message:
-            return cached[1]
+    @staticmethod
+    def _message_bytes(message: dict[str, Any]) -> bytes:
         content = message.get("content")
         normal = {**message, "content": [{"type": "text", "text": content}]} if isinstance(content, str) else message
-        out = canonical(normal)
-        self._canon[id(message)] = (message, out)
-        return out
+        return canonical(normal)
+
+    def _value(self, value: Any) -> bytes:
+        """Canonical bytes of a field; a list's elements (system blocks, tools: shared by most requests) once each."""
+        if not isinstance(value, list):
+            return canonical(value)
+        parts = []
+        for item in value:
+            cached = self._canon.get(id(item))
+            if cached is None or cached[0] is not item:
+                cached = self._canon[id(item)] = (item, canonical(item))
+            parts.append(cached[1])
+        return b"[" + b",".join(parts) + b"]"
