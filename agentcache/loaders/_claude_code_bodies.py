@@ -1,7 +1,8 @@
 """Claude Code's raw API body dumps (format ``claude-code-bodies``): each request exactly as sent, with its answer.
 
-``OTEL_LOG_RAW_API_BODIES=file:DIR`` (Claude Code 2.1.111 and later; with telemetry on) makes Claude Code write into
-``DIR``, for every API call of every session (main, subagents, compaction, side calls such as the session title):
+``OTEL_LOG_RAW_API_BODIES=file:DIR`` (Claude Code 2.1.111 and later, design notes; 2.1.197 and 2.1.332 write the
+files with telemetry otherwise off) makes Claude Code write into ``DIR``, for every API call of every session (main,
+subagents, compaction, side calls such as the session title):
 
 * ``<uuid>.request.json``: the request as the SDK got it: the wire body plus ``betas`` (which the SDK sends as the
   ``anthropic-beta`` header, not in the body), key order kept; thinking text in earlier assistant turns is replaced
@@ -10,8 +11,11 @@
 * 2.1.332 also appends ``index.jsonl``: one line per answered call, ``{timestamp, session_id, query_source, model,
   request_id, message_id, message_uuid, request_file, response_file}``. 2.1.197 writes no index, and nothing on disk
   ties a request file to its response (the OTEL log event did): each response is paired with the oldest unpaired
-  request of its model written before it (file times), a heuristic that concurrent sessions can fool
-  (``meta["paired_by"]`` says which rule paired a record).
+  request of its model written about when or before it whose size fits the prompt tokens the response reports (a
+  heuristic: concurrent calls of one model and of like sizes can be swapped; ``meta["paired_by"]`` says which rule
+  paired a record). The writes are not awaited: a ``claude -p`` process can
+  exit before its last one lands (seen about once in 15 runs of seven processes each: an index line, or a request
+  file, missing). A request without its index line is paired by time and model too.
 
 Observed running both versions against ``tests/clients/fake_upstream.py``: every request file minus ``betas`` equals
 the body the upstream received, key order included (16 of 16 calls in 2.1.197, 17 of 17 in 2.1.332).
@@ -41,6 +45,7 @@ from agentcache.loaders._agentlog import LogRead
 from agentcache.loaders._claude_code import unix_time
 from agentcache.loaders._claude_code_request import canonical
 from agentcache.loaders._record import Record, UsageRecord
+from agentcache.model._usage import normalize_usage
 
 __all__ = ["join_transcript", "read", "sniff_lines", "sniff_path"]
 
@@ -77,11 +82,11 @@ def read(path: Path) -> LogRead:
         return out
     body = _json(path)
     folder = path.parent
-    index = _index(str(folder), _mtime(folder / INDEX))
-    entry = index.get(path.name)
+    index_time = _mtime(folder / INDEX)
+    entry = _index(str(folder), index_time).get(path.name)
     response_name = entry.get("response_file") if entry else None
-    if not index:  # no index (2.1.197): pair by time and model
-        response_name = _pairs(str(folder), _mtime(folder)).get(path.name)
+    if entry is None:  # no index (2.1.197), or a call whose index line was lost: pair by time and model
+        response_name = _pairs(str(folder), _mtime(folder), index_time).get(path.name)
     response = _json(folder / response_name) if isinstance(response_name, str) else None
     out.records.append(_record(path, body, response, entry, response_name))
     return out
@@ -176,34 +181,69 @@ def _index(folder: str, _stamp: int) -> dict[str, dict[str, Any]]:
     return out
 
 
+#: A request file may land after its answer's (the writes are not awaited): by up to this many seconds.
+_SLACK = 1.0
+#: Bytes of request body per prompt token, within this factor either way, for a pairing to be plausible.
+_BYTES_PER_TOKEN, _FACTOR = 4.0, 4.0
+
+
 @functools.lru_cache(maxsize=16)
-def _pairs(folder: str, _stamp: int) -> dict[str, str]:
-    """Request file name -> response file name, paired by time and model where no index does (2.1.197)."""
-    files: list[tuple[int, str, str]] = []
+def _pairs(folder: str, _stamp: int, index_stamp: int) -> dict[str, str]:
+    """Request file name -> response file name for the files no index line names (all of them in 2.1.197's
+    folders; in 2.1.332's, a call whose index line a process did not write before it exited). Each response, in
+    file-time order, takes the oldest unpaired request of its model written before it (or up to :data:`_SLACK`
+    after) whose size fits the prompt tokens its usage reports (a session title and a turn run at once)."""
+    index = _index(folder, index_stamp)
+    listed = set(index) | {str(e.get("response_file")) for e in index.values()}
+    requests: dict[str, list[tuple[int, str, int]]] = {}
+    responses: list[tuple[int, str, str, int]] = []
     with os.scandir(folder) as it:
         for entry in it:
-            if _NAME.match(entry.name):
-                files.append((entry.stat().st_mtime_ns, entry.name, _model(entry.path)))
-    files.sort()
-    waiting: dict[str, list[str]] = {}
+            if not _NAME.match(entry.name) or entry.name in listed:
+                continue
+            stat, response = entry.stat(), entry.name.endswith(_RESPONSE)
+            model, tokens = _head(entry.path, response)
+            if response:
+                responses.append((stat.st_mtime_ns, entry.name, model, tokens))
+            else:
+                requests.setdefault(model, []).append((stat.st_mtime_ns, entry.name, stat.st_size))
+    for waiting in requests.values():
+        waiting.sort()
     out: dict[str, str] = {}
-    for _, name, model in files:
-        if name.endswith(_REQUEST):
-            waiting.setdefault(model, []).append(name)
-        elif waiting.get(model):
-            out[waiting[model].pop(0)] = name
+    for at, name, model, tokens in sorted(responses):
+        waiting = requests.get(model, [])
+        eligible = [r for r in waiting if r[0] <= at + _SLACK * 1e9]
+        fits = [r for r in eligible if _fits(r[2], tokens)]
+        if eligible:
+            chosen = (fits or eligible)[0]
+            waiting.remove(chosen)
+            out[chosen[1]] = name
     return out
 
 
-def _model(path: str) -> str:
-    """The ``model`` a dump file names first (read from its head: the field leads both kinds of file)."""
+def _fits(size: int, tokens: int) -> bool:
+    ratio = size / (_BYTES_PER_TOKEN * tokens) if tokens > 0 else 1.0
+    return 1 / _FACTOR <= ratio <= _FACTOR
+
+
+def _head(path: str, response: bool) -> tuple[str, int]:
+    """(the ``model`` a dump file names, the prompt tokens of a response's usage). A request's model is read from
+    its head (``model`` is its first field); a response is small and read whole."""
     try:
         with open(path, "rb") as f:
-            head = f.read(4096)
+            data = f.read() if response else f.read(4096)
     except OSError:
-        return ""
-    found = _MODEL.search(head)
-    return found.group(1).decode("utf-8", "replace") if found else ""
+        return "", 0
+    if response:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict):
+            usage = normalize_usage(doc, API)
+            return str(doc.get("model") or ""), usage.prompt_tokens if usage is not None else 0
+    found = _MODEL.search(data)
+    return (found.group(1).decode("utf-8", "replace") if found else ""), 0
 
 
 def join_transcript(records: Iterable[Record], usage_records: Iterable[UsageRecord]) -> list[Record]:
