@@ -145,12 +145,13 @@ def test_exact_bodies_rebuilt_from_the_transcript(gen: Generated, transcripts: I
     calls = {u.call_id: u for u in transcripts.usage_records}
     assert len(transcripts.records) == len(calls) == 15  # every call the transcripts hold: 15 of 15
     for rec in transcripts.records:
-        sent = gen.body_of(rec.response["id"] if rec.response else "")
+        assert rec.response is not None
+        sent = gen.body_of(rec.response["id"])
         assert json.dumps(rec.body) == json.dumps(sent)  # byte for byte, key order included
         assert rec.meta["exact"] is True and rec.api == "anthropic.messages"
         u = calls[rec.meta["call_id"]]
         assert (rec.session, rec.meta["parent"], rec.meta["kind"]) == (u.session, u.parent, u.kind)
-        assert rec.usage == rec.response["usage"] if rec.response else False
+        assert rec.response is not None and rec.usage == rec.response["usage"]
         assert rec.at is not None and u.at is not None and 0 <= u.at - rec.at < 30
 
 

@@ -4,7 +4,8 @@ the exact request body where the transcript records it (2.1.332: :mod:`~agentcac
 Format facts (observed running Claude Code 2.1.197 and 2.1.332 against ``tests/clients/fake_upstream.py``, and
 read in their bundled JavaScript; older layouts from the public notes named):
 
-* **Where.** ``<config>/projects/<working directory with "/" and "." as "->/<session id>.jsonl``; ``<config>`` is
+* **Where.** ``<config>/projects/<working directory, each character but letters and digits as "-">/<session
+  id>.jsonl`` (``/tmp/w`` is ``-tmp-w``); ``<config>`` is
   ``$CLAUDE_CONFIG_DIR``, else ``~/.claude`` (the only two places both versions know; ccusage also searches
   ``~/.config/claude/projects``, which it names the default of earlier versions). A subagent's transcript is
   ``<session id>/subagents/agent-<agent id>.jsonl`` (with ``agent-<agent id>.meta.json``: ``agentType``); 2.0.x kept
@@ -22,8 +23,9 @@ read in their bundled JavaScript; older layouts from the public notes named):
   ``agent-acompact-*`` (design notes, earlier versions) is a compaction run: its calls belong to their session, kind
   ``compaction``. 2.1.197 and 2.1.332 write no such file: their compaction calls (and 2.1.197's session-title call)
   are in no transcript. ``project`` is the line's ``cwd``.
-* **Events.** ``compacted``: a ``system`` line ``subtype: compact_boundary`` (or an ``isCompactSummary`` user line)
-  came in the session since its previous call. ``resumed``: the call is the first of a new process
+* **Events.** ``compacted``: a ``system`` line ``subtype: compact_boundary`` (both versions write one, then the
+  ``isCompactSummary`` user line, which counts too where user lines are read) came in the session since its
+  previous call. ``resumed``: the call is the first of a new process
   (``--continue``, ``--resume`` and a restart all append to the session's own file in both versions). No line says
   a process started, but each leaves one when it ends: 2.1.332 a ``cost-state`` line (with the process
   ``startTime``), 2.1.197 a ``last-prompt`` line (2.1.332 writes ``last-prompt`` after every turn, so it counts
@@ -31,8 +33,11 @@ read in their bundled JavaScript; older layouts from the public notes named):
   two calls is a new process. A heuristic: a process killed before its end line goes unseen.
 
 Reading streams the file and parses only the lines that can matter (``assistant`` lines, event lines, and the user
-lines of a file that records its requests): a bytes test spares ``json.loads`` of the big tool results most lines
-carry. An ``assistant`` line without a readable usage is an error; all other lines are ignored.
+lines of a file that records its requests). Which kind a line is shows in its first bytes: Claude Code writes the
+small fields first, then a user line's own ``type`` (before its ``message``), an attachment's ``attachment``, an
+assistant line's ``message`` (whose ``type`` is ``message``); so the big tool results most lines carry are neither
+parsed nor searched (a line whose head does not say is searched whole). An ``assistant`` line without a readable
+usage is an error; all other lines are ignored.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ transcript that holds its answer:
   cc_entrypoint=<entrypoint>;`` plus `` cc_is_subagent=true;`` for a subagent; the 3 hex are sha256 of
   ``59cf53e54c78`` + the characters 4, 7 and 20 of the conversation's first user text + the version); ``metadata``
   (``user_id``: the JSON of ``device_id``, the config's ``userID``, ``account_uuid``, ``session_id``), read from
-  ``.claude.json`` in the config folder (``~/.claude.json`` for ``~/.claude``); ``stream: true``. Key order on the
+  ``.claude.json`` in the config folder (``~/.claude.json`` for ``~/.claude``; a subscriber's ``account_uuid`` is
+  its ``oauthAccount.accountUuid``: read in the source, not tried); ``stream: true``. Key order on the
   wire: ``model``, ``messages``, ``system``, ``tools``, ``metadata``, the other params, ``stream``. A user message
   whose content is one plain text block is sent as a string unless it carries a marker (Claude Code turns a string
   into a block only to mark it).
@@ -33,7 +34,8 @@ Not exact, and said so in ``meta["exact"]``: a body whose ``metadata`` could not
 Threads on (``thread.type`` not ``none``: the server held the history, the wire body did not); ``withheld`` params
 (``CLAUDE_CODE_EXTRA_BODY``). Against Anthropic's own API Claude Code adds per-request fields to the billing block
 (``cch=``, ``cc_prev_req=``, ...) that it does not record: the rebuilt block has only the fields above. A request
-whose messages were cut (``cut``), whose hashes are not all found or whose digest differs is not rebuilt.
+whose messages were cut (``cut``), whose hashes are not all found or whose digest differs is not rebuilt. Not tried:
+thinking blocks (the scripted upstream answers none) and Message Threads (off unless the host is Anthropic's).
 """
 
 from __future__ import annotations
