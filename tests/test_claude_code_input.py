@@ -214,3 +214,17 @@ def test_pairing_by_time_survives_late_request_files_and_concurrent_calls(tmp_pa
         ("msg_title/req_title", "side", f"{SID}/side"),
         ("msg_turn/req_turn", "main", SID),
     ]
+
+
+def test_an_empty_response_file_is_a_write_cut_short(tmp_path: Path) -> None:
+    """Seen with 2.1.332: a process exited before its last response file was written; the index line had landed."""
+    body = {"model": "claude-sonnet-4-6", "messages": [], "tools": [{"name": "t"}]}
+    request = "11111111-1111-4111-8111-111111111111.request.json"
+    (tmp_path / request).write_text(json.dumps(body))
+    (tmp_path / "req_a.response.json").write_text("")
+    entry = {"session_id": SID, "query_source": "sdk", "request_id": "req_a", "message_id": "msg_a",
+             "request_file": request, "response_file": "req_a.response.json"}  # fmt: skip
+    (tmp_path / "index.jsonl").write_text(json.dumps(entry) + "\n")
+    out = read_dump(tmp_path / request)
+    assert out.errors == [] and out.truncated is True
+    assert [(r.meta["call_id"], r.usage, r.response) for r in out.records] == [("msg_a/req_a", None, None)]

@@ -44,17 +44,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from agentcache._exceptions import InputError
 from agentcache.loaders._agentlog import LogRead, json_lines
 from agentcache.loaders._claude_code_request import RequestLog
+from agentcache.loaders._logfields import lineage, unix_seconds
 from agentcache.loaders._record import CallKind, Record, UsageRecord
 from agentcache.model._usage import normalize_usage
 
-__all__ = ["default_roots", "read", "sniff_lines", "sniff_path", "unix_time"]
+__all__ = ["default_roots", "read", "sniff_lines", "sniff_path"]
 
 API = "anthropic.messages"
 CLIENT = "claude-code"
@@ -157,16 +157,6 @@ class _Call:
     events: tuple[str, ...] = ()
 
 
-def unix_time(value: Any) -> float | None:
-    """Unix seconds of a line's ISO 8601 ``timestamp`` (``2026-12-01T22:40:55.380Z``), or None."""
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 class _Transcript:
     """What one transcript gave so far: its calls, each session's pending events, its request records."""
 
@@ -242,14 +232,14 @@ class _Transcript:
         agent = obj.get("agentId")
         if isinstance(agent, str) and agent:
             self.agents = True
-            return f"{sid}/agent-{agent}", sid, "subagent"
+            return (*lineage([sid, f"agent-{agent}"]), "subagent")
         if obj.get("isSidechain") is True:
             uuid, parent = obj.get("uuid"), obj.get("parentUuid")
             root = self.roots.get(parent) if isinstance(parent, str) else None
             root = root or (uuid if isinstance(uuid, str) else "unknown")
             if isinstance(uuid, str):
                 self.roots[uuid] = root
-            return f"{sid}/sidechain-{root[:8]}", sid, "subagent"
+            return (*lineage([sid, f"sidechain-{root[:8]}"]), "subagent")
         return sid, None, "main"
 
     def _assistant(self, i: int, obj: dict[str, Any]) -> None:
@@ -272,7 +262,7 @@ class _Transcript:
             session, parent, kind = self._who(obj)
             cwd = obj.get("cwd")
             ends = (self.ends[0], self.ends[1])
-            call = _Call(session, parent, kind, i, unix_time(obj.get("timestamp")), obj.get("version"), ends,
+            call = _Call(session, parent, kind, i, unix_seconds(obj.get("timestamp")), obj.get("version"), ends,
                          session in self.compacted, cwd if isinstance(cwd, str) else None)  # fmt: skip
             self.compacted.discard(session)
             self.calls[key] = call
@@ -326,7 +316,7 @@ class _Transcript:
         meta.update(
             call_id=key, parent=call.parent, kind=call.kind, project=call.project, client=CLIENT, format="claude-code"
         )
-        return Record(call.session, API, body, unix_time(request.get("timestamp")), call.message.get("usage"),
+        return Record(call.session, API, body, unix_seconds(request.get("timestamp")), call.message.get("usage"),
                       str(self.path), call.index, meta, response)  # fmt: skip
 
 

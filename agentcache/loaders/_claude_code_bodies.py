@@ -14,8 +14,10 @@ subagents, compaction, side calls such as the session title):
   request of its model written about when or before it whose size fits the prompt tokens the response reports (a
   heuristic: concurrent calls of one model and of like sizes can be swapped; ``meta["paired_by"]`` says which rule
   paired a record). The writes are not awaited: a ``claude -p`` process can
-  exit before its last one lands (seen about once in 15 runs of seven processes each: an index line, or a request
-  file, missing). A request without its index line is paired by time and model too.
+  exit before its last one lands (seen about once in 10 runs of seven processes each: an index line missing, or a
+  response file left empty). A request without its index line is paired by time and model too; a response file
+  that cannot be read leaves its request's record without usage and the read ``truncated``, as a log line still
+  being written does.
 
 Observed running both versions against ``tests/clients/fake_upstream.py``: every request file minus ``betas`` equals
 the body the upstream received, key order included (16 of 16 calls in 2.1.197, 17 of 17 in 2.1.332).
@@ -42,8 +44,8 @@ from typing import Any
 
 from agentcache._exceptions import InputError
 from agentcache.loaders._agentlog import LogRead
-from agentcache.loaders._claude_code import unix_time
 from agentcache.loaders._claude_code_request import canonical
+from agentcache.loaders._logfields import unix_seconds
 from agentcache.loaders._record import Record, UsageRecord
 from agentcache.model._usage import normalize_usage
 
@@ -87,7 +89,12 @@ def read(path: Path) -> LogRead:
     response_name = entry.get("response_file") if entry else None
     if entry is None:  # no index (2.1.197), or a call whose index line was lost: pair by time and model
         response_name = _pairs(str(folder), _mtime(folder), index_time).get(path.name)
-    response = _json(folder / response_name) if isinstance(response_name, str) else None
+    response = None
+    if isinstance(response_name, str):
+        try:
+            response = _json(folder / response_name)
+        except InputError:
+            out.truncated = True  # a response file cut short: its process exited mid-write (not an error)
     out.records.append(_record(path, body, response, entry, response_name))
     return out
 
@@ -102,9 +109,10 @@ def _record(
     meta: dict[str, Any] = {"kind": kind, "query_source": source, "betas": body.get("betas"), "client": "claude-code"}
     meta["format"] = "claude-code-bodies"
     meta["paired_by"] = "index" if entry else ("order" if response is not None else None)
-    if response is not None and isinstance(response.get("id"), str):
-        meta["call_id"] = f"{response['id']}/{request_id}" if request_id else response["id"]
-    at = unix_time(entry.get("timestamp")) if entry else None
+    message_id = response.get("id") if response is not None else entry.get("message_id") if entry else None
+    if isinstance(message_id, str):
+        meta["call_id"] = f"{message_id}/{request_id}" if request_id else message_id
+    at = unix_seconds(entry.get("timestamp")) if entry else None
     usage = response.get("usage") if response is not None else None
     usage = usage if isinstance(usage, dict) else None
     return Record(session, API, wire, at if at is not None else _stamp(path), usage, str(path), 0, meta, response)
