@@ -114,6 +114,7 @@ def audit(
     counts: dict[str, int] = {}
     errors: list[InputError] = []
     provider_misses: list[ProviderMissRecord] = []
+    call_ids: dict[tuple[str, int], str] = {}
     for n, (rec, usage) in enumerate(zip(recs, usages, strict=True)):
         try:
             turn = sessions.begin(
@@ -125,6 +126,8 @@ def audit(
             if rec.response is not None:
                 _provider_miss(rec, i, turn.prepared.divergence, provider_misses)
             ledger.record(rec.session, i, turn.prepared, usage=usage, parent=_parent(rec))
+            if isinstance(call := rec.meta.get("call_id"), str):
+                call_ids[rec.session, i] = call
         except (InputError, ConfigError) as exc:  # one bad record never stops the audit
             errors.append(InputError(str(exc), source=rec.source or None, record=rec.index))
             continue
@@ -142,6 +145,7 @@ def audit(
     failed = {(e.source or "", e.record) for e in errors}
     report.models = _models_seen([r for r in recs if (r.source or "", r.index) not in failed], name, model)
     report.provider_misses = provider_misses
+    report.call_ids = call_ids
     return report
 
 

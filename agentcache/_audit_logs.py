@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from ._config import Settings
-from .analysis._inferred import CallLoss, infer_losses, read_instead
+from .analysis._inferred import CallLoss, ExactCauses, infer_losses, read_instead
 from .analysis._report import ArmMetrics, AuditReport, MissRecord, SessionReport, TurnRecord
 from .analysis._report_logs import BY, SPEND, CauseRow, GroupRow, SourceRow
 from .analysis._whatif import WhatIf, priced, what_if
@@ -31,11 +31,16 @@ LOG_ARMS = ("reported", "agentcache")
 
 
 def audit_logs(
-    records: Iterable[UsageRecord], settings: Settings | None = None, sources: Sequence[SourceRow] = ()
+    records: Iterable[UsageRecord],
+    settings: Settings | None = None,
+    sources: Sequence[SourceRow] = (),
+    exact: ExactCauses | None = None,
 ) -> AuditReport:
     """Audit the API calls of agents' logs (see the module docstring). ``settings``: its ``ttl_policy`` is the
-    what-if's. ``sources``: what was read, carried into the report. Never raises for odd usage (a call whose
-    model the price table does not know is priced as the provider's default model)."""
+    what-if's. ``sources``: what was read, carried into the report. ``exact``: the causes an audit of the same
+    calls' request bodies found (:func:`~agentcache.analysis._inferred.exact_causes`): they replace the inferred
+    ones. Never raises for odd usage (a call whose model the price table does not know is priced as the provider's
+    default model)."""
     policy = settings.ttl_policy if settings is not None else "auto"
     sessions = _by_session(records)
     static = _static_reads(sessions)
@@ -54,7 +59,7 @@ def audit_logs(
     groups = _Groups()
     for name, calls in sessions.items():
         first = calls[0]
-        losses = infer_losses(calls, static.get((first.client, first.model)))
+        losses = infer_losses(calls, static.get((first.client, first.model)), exact)
         arms = what_if(calls, losses, policy)
         sess = _session_report(name, calls, sessions)
         for i, (call, loss, alt) in enumerate(zip(calls, losses, arms, strict=True)):

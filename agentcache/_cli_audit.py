@@ -29,6 +29,7 @@ from ._cli_base import ConfigFile, FormatChoice
 from ._cli_errors import EXIT_BAD_INPUT, Errors, fail
 
 if TYPE_CHECKING:
+    from .analysis._inferred import ExactCauses
     from .analysis._report import AuditReport
     from .loaders import Record
     from .loaders._paths import Inputs
@@ -146,6 +147,14 @@ def audit_command(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="List the first records of each file that could not be read.")
     ] = False,
+    exact: Annotated[
+        bool | None,
+        typer.Option(
+            "--exact/--no-exact",
+            help="Rebuild the exact request bodies agents' logs hold (Claude Code 2.1.332) for byte-level causes "
+            "(default: when the input is at most 256 MB).",
+        ),
+    ] = None,
     sample: Annotated[
         bool,
         typer.Option(
@@ -175,7 +184,8 @@ def audit_command(
     from ._cli_inputs import load_inputs
 
     fmt_name = fmt.value if fmt is not None else None
-    inputs = load_inputs(named, fmt_name, None if tools is None else str(tools), errors, **window, project=project)
+    tools_name = None if tools is None else str(tools)
+    inputs = load_inputs(named, fmt_name, tools_name, errors, **window, project=project, bodies=exact)
     if not inputs.records and not inputs.usage_records:
         errors.flush()
         _nothing(inputs, named, errors, window, project)
@@ -239,8 +249,8 @@ def _run(
 ) -> tuple[AuditReport | None, AuditReport | None]:
     """The logs' report (None without usage records) and the recorded requests' report (None without records)."""
     from ._logging import without_events
+    from .analysis._inferred import exact_causes
 
-    logs = _audit_logs(inputs, named) if inputs.usage_records else None
     simulated = None
     if inputs.records:
         # The table names unknown models in its header; the JSON document only in its "models" list, so there the
@@ -253,10 +263,12 @@ def _run(
             errors.flush()
     else:
         errors.flush()
+    exact = exact_causes(simulated) if simulated is not None else None  # byte-level causes replace inferred ones
+    logs = _audit_logs(inputs, named, exact) if inputs.usage_records else None
     return logs, simulated
 
 
-def _audit_logs(inputs: Inputs, named: list[Path]) -> AuditReport:
+def _audit_logs(inputs: Inputs, named: list[Path], exact: ExactCauses | None) -> AuditReport:
     from ._audit_logs import audit_logs
     from ._config import get_settings
     from .analysis._report_logs import SourceRow
@@ -267,12 +279,14 @@ def _audit_logs(inputs: Inputs, named: list[Path]) -> AuditReport:
         files = [r for r in inputs.files if r.format == fmt.name]
         if not files:
             continue
-        calls = [u for u in inputs.usage_records if u.client == fmt.name]
+        calls = sum(r.usage_records or r.records for r in files)  # a body dump holds requests, a log calls
+        sessions = {u.session for u in inputs.usage_records if u.client == fmt.name}
+        sessions |= {r.session for r in inputs.records if r.meta.get("format") == fmt.name}
         roots = tuple(sorted({_root_of(r.path, named) for r in files}))
         shown = roots if len(roots) <= 3 else (*roots[:2], f"… {len(roots) - 2} more")
         errors = sum(len(r.errors) for r in files)
-        rows.append(SourceRow(fmt.client, shown, len(files), len(calls), len({c.session for c in calls}), errors))
-    return audit_logs(inputs.usage_records, get_settings(), rows)
+        rows.append(SourceRow(fmt.client, shown, len(files), calls, len(sessions), errors))
+    return audit_logs(inputs.usage_records, get_settings(), rows, exact)
 
 
 def _root_of(path: Path, named: list[Path]) -> str:

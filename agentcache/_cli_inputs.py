@@ -12,7 +12,11 @@ from ._log import get_logger
 from .loaders import Record
 from .loaders._paths import Inputs, expand, load_paths
 
-__all__ = ["load_all", "load_inputs"]
+__all__ = ["EXACT_AUTO_BYTES", "load_all", "load_inputs"]
+
+#: Up to this many bytes of input, the exact request bodies agents' logs hold are rebuilt by default (holding them
+#: costs about as much memory as the input).
+EXACT_AUTO_BYTES = 256_000_000
 
 log = get_logger("agentcache.cli")
 
@@ -26,8 +30,11 @@ def load_inputs(
     since: float | None = None,
     until: float | None = None,
     project: str | None = None,
+    bodies: bool | None = True,
 ) -> Inputs:
-    """Everything ``paths`` hold (see :func:`~agentcache.loaders.load_paths`); problems go to ``errors``."""
+    """Everything ``paths`` hold (see :func:`~agentcache.loaders.load_paths`); problems go to ``errors``.
+    ``bodies``: rebuild the exact request bodies agents' logs hold (Claude Code 2.1.332); None decides by size: up
+    to :data:`EXACT_AUTO_BYTES` of input, else the calls alone, with a note saying so."""
     named: list[Path] = []
     for path in paths:
         if (message := switch_word(path)) is not None:
@@ -35,10 +42,26 @@ def load_inputs(
         else:
             named.append(path)
     files = expand(named)
+    if bodies is None:
+        size = sum(_size(p) for p, _ in files)
+        bodies = size <= EXACT_AUTO_BYTES
+        if not bodies:
+            errors.warn(
+                f"{size / 1e6:,.0f} MB of input: calls read without their request bodies (causes inferred); "
+                "--exact rebuilds them (about as much memory as input), or narrow with --since or a project folder"
+            )
     with progress_bar(len(files), "reading", threshold=20) as bar:
         progress = (lambda done, _total: bar(done)) if bar is not None else None
         inputs = load_paths(
-            named, fmt, tools_path=tools, since=since, until=until, project=project, progress=progress, files=files
+            named,
+            fmt,
+            tools_path=tools,
+            since=since,
+            until=until,
+            project=project,
+            progress=progress,
+            files=files,
+            bodies=bodies,
         )
     explicit = {p for p, is_named in files if is_named}
     for read in inputs.files:
@@ -51,6 +74,13 @@ def load_inputs(
             errors.add(f"{read.path}: no records to audit")
         log.info("load.done", path=str(read.path), format=read.format, records=total, errors=len(read.errors))
     return inputs
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: Errors) -> list[Record]:

@@ -200,3 +200,50 @@ def test_skipping_unparsed_lines_changes_nothing(gen: Generated, monkeypatch: py
     for a, b in zip(fast, slow, strict=True):
         assert a.usage_records == b.usage_records and (a.lines, a.ignored) == (b.lines, b.ignored)
         assert [r.body for r in a.records] == [r.body for r in b.records]
+
+
+def _audit_json(*args: str | Path) -> dict[str, Any]:
+    from typer.testing import CliRunner
+
+    from agentcache._cli import app
+
+    done = CliRunner().invoke(app, ["audit", *map(str, args), "--json"], catch_exceptions=False)
+    assert done.exit_code == 0, done.stderr
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+def test_agentcache_audit_on_the_transcripts(gen: Generated, transcripts: Inputs) -> None:
+    """``agentcache audit <projects> --json``, the door a user runs: every call the transcripts hold once, priced,
+    with the upstream's own usage; the pause, the compaction and the model switch named. 2.1.332's transcripts hold
+    the requests, so their causes come from the bodies (not inferred); 2.1.197's are inferred, and with its body
+    dumps beside them they come from the bodies too."""
+    truth = _truth(gen)
+    held = [truth[r.call_id.split("/")[0]] for r in transcripts.usage_records]
+    doc = _audit_json(gen.projects)
+    reported = doc["totals"]["reported"]
+    assert doc["mode"] == "reported" and reported["requests"] == len(held) == len(transcripts.usage_records)
+    assert reported["cache_read_tokens"] == sum(u["usage"]["cache_read_input_tokens"] for u in held)
+    assert reported["cache_write_tokens"] == sum(u["usage"]["cache_creation_input_tokens"] for u in held)
+    misses = [m for m in doc["misses"] if m["arm"] == "reported"]
+    causes = {m["cause"] for m in misses}
+    assert {"ttl.expired", "options.model"} <= causes, causes
+    ttl = next(m for m in misses if m["cause"] == "ttl.expired")
+    assert ttl["tokens_lost"] > 0 and ttl["usd_lost"] > 0
+    subagent = [s for s in doc["sessions"] if s.get("parent")]
+    assert len(subagent) == 1 and subagent[0]["parent"] == gen.session
+    if gen.version == "2.1.197":
+        assert all(m["inferred"] for m in misses) and "messages.compacted" in causes
+        assert "session.resumed" in causes or "ttl.expired" in causes
+        with_dumps = _audit_json(gen.projects, gen.dumps)
+        exact = [m for m in with_dumps["misses"] if m["arm"] == "reported"]
+        # Most are explained by the bodies now (a pause's evidence is time: this test shifts the transcript's times,
+        # not the dumps'; a dump Claude Code did not finish writing leaves its call inferred).
+        from_bodies = [m for m in exact if not m["inferred"]]
+        assert len(from_bodies) >= 3 and len(exact) - len(from_bodies) < len(misses)
+        assert all(m["detail"] == "the request body (byte-level)" for m in from_bodies)
+        assert with_dumps["totals"]["reported"] == reported  # the same calls, counted once
+    else:
+        assert misses and not any(m["inferred"] for m in misses)
+        assert all(m["detail"] == "the request body (byte-level)" for m in misses)
+        assert doc["simulated"]["totals"]["reported"]["requests"] == len(held)  # every request rebuilt

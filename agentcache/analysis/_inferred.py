@@ -7,8 +7,11 @@ from 1,024). The next call should read that much of it (``expected``, capped at 
 less is ``lost``, re-processed at the write or base price. A loss of at least :data:`MIN_LOSS` tokens is a miss,
 and its cause is inferred from what the log does show, in this order:
 
-1. the provider's own diagnosis, when the log kept it (Anthropic ``diagnostics.cache_miss_reason``, OpenAI
-   ``prompt_cache_diagnostics``; :func:`~agentcache.model._provider.cause_of`): not inferred;
+1. the exact cause, when the request body is known (Claude Code 2.1.332 records its requests; its body dumps; a
+   proxy recording): the byte-level break or miss the audit of those bodies found for the same call
+   (:func:`exact_causes`), when it accounts for at least half the tokens lost; then the provider's own diagnosis,
+   when the log kept it (Anthropic ``diagnostics.cache_miss_reason``, OpenAI ``prompt_cache_diagnostics``;
+   :func:`~agentcache.model._provider.cause_of`): neither is inferred;
 2. the call used another model than the one before (``options.model``: a cache is per model);
 3. the log recorded a compaction since the last call, or the call is itself a compaction run, whose request is
    the conversation re-framed for summarising (``messages.compacted``);
@@ -26,7 +29,7 @@ session start, or a subagent's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..loaders import UsageRecord
@@ -40,8 +43,19 @@ from ..model._causes import (
 from ..model._provider import cause_of
 from ..model._rules import anthropic_rules, openai_rules
 from ..model._usage import CacheUsage, served_by
+from ._report import AuditReport
 
-__all__ = ["MIN_LOSS", "CallLoss", "cached_after", "duration", "entry_ttl", "infer_losses", "read_instead"]
+__all__ = [
+    "MIN_LOSS",
+    "CallLoss",
+    "ExactCauses",
+    "cached_after",
+    "duration",
+    "entry_ttl",
+    "exact_causes",
+    "infer_losses",
+    "read_instead",
+]
 
 #: Losses smaller than this many tokens are not misses (one OpenAI minimum prompt; the smallest Anthropic minimum
 #: cacheable prefix): breakpoint positions and 128-token steps make such differences without any cause.
@@ -98,10 +112,35 @@ def entry_ttl(usage: CacheUsage, model: str, before: float | None) -> float | No
     return None
 
 
-def infer_losses(calls: Sequence[UsageRecord], static_read: int | None = None) -> list[CallLoss]:
+#: A call's exact cause from its request body: ``call_id`` → ``(cause, where, tokens lost)``.
+ExactCauses = Mapping[str, tuple[str, str | None, int]]
+
+
+def exact_causes(simulated: AuditReport) -> dict[str, tuple[str, str | None, int]]:
+    """Each call of an audit of request bodies (its ``call_ids``: requests rebuilt from an agent's log) that lost
+    reuse: the break (its cause and first divergent unit) or the ``as_sent`` arm's miss (its cause and where) that
+    lost the most tokens on it (a pause past the TTL can cost more than a late divergence the same call made)."""
+    best: dict[str, tuple[int, str, str | None]] = {}
+
+    def keep(call: str | None, tokens: int, cause: str, where: str | None) -> None:
+        if call is not None and (call not in best or tokens > best[call][0]):
+            best[call] = (tokens, cause, where)
+
+    for m in simulated.misses:
+        if m.arm == "as_sent":
+            keep(simulated.call_ids.get((m.session, m.request)), m.tokens_lost, m.cause, m.where)
+    for b in simulated.breaks:
+        keep(simulated.call_ids.get((b.session, b.request)), b.tokens_lost, b.cause, b.first_divergent)
+    return {call: (cause, where, tokens) for call, (tokens, cause, where) in best.items()}
+
+
+def infer_losses(
+    calls: Sequence[UsageRecord], static_read: int | None = None, exact: ExactCauses | None = None
+) -> list[CallLoss]:
     """One :class:`CallLoss` per call of one session (``calls`` in time order). ``static_read``: the most a fresh
     session of the same agent and model reads (its tools and system prompt, written by earlier sessions), to
-    tell reads that stopped there; None when unknown."""
+    tell reads that stopped there; None when unknown. ``exact``: the causes found in the calls' request bodies,
+    where known (:func:`exact_causes`)."""
     out: list[CallLoss] = []
     prev: UsageRecord | None = None
     ttl: float | None = None
@@ -110,13 +149,19 @@ def infer_losses(calls: Sequence[UsageRecord], static_read: int | None = None) -
             start = "subagent" if call.kind == "subagent" else "session"
             out.append(CallLoss(start=start))
         else:
-            out.append(_loss(prev, call, ttl, static_read))
+            out.append(_loss(prev, call, ttl, static_read, (exact or {}).get(call.call_id)))
         ttl = entry_ttl(call.usage, call.model, ttl)
         prev = call
     return out
 
 
-def _loss(prev: UsageRecord, call: UsageRecord, ttl: float | None, static_read: int | None) -> CallLoss:
+def _loss(
+    prev: UsageRecord,
+    call: UsageRecord,
+    ttl: float | None,
+    static_read: int | None,
+    exact: tuple[str, str | None, int] | None,
+) -> CallLoss:
     usage = call.usage
     expected = min(cached_after(prev.usage), usage.prompt_tokens)
     if served_by(usage) == "openai":
@@ -126,6 +171,8 @@ def _loss(prev: UsageRecord, call: UsageRecord, ttl: float | None, static_read: 
     base = CallLoss(expected=expected, lost=lost, gap=gap, ttl=ttl)
     if lost < MIN_LOSS:
         return base
+    if exact is not None and exact[2] * 2 >= lost:  # the body explains most of the loss (else: time, events)
+        return CallLoss(expected, lost, exact[0], exact[1], "the request body (byte-level)", gap, ttl, False)
     cause, where, detail, inferred = _why(prev, call, gap, ttl, static_read)
     return CallLoss(expected, lost, cause, where, detail, gap, ttl, inferred)
 

@@ -90,8 +90,13 @@ def _causes(causes: list[CauseRow], console: Console) -> None:
     if not causes:
         console.print("No cache misses: every call read what its session had cached.")
         return
+    total, inferred = sum(c.misses for c in causes), sum(c.misses - c.diagnosed for c in causes)
+    if inferred == total:
+        how = "inferred from the logs: they keep no request bodies"
+    else:
+        how = f"{inferred:,} of {total:,} inferred from the logs, the others from the request bodies or the provider"
     table = _table(
-        "Misses by cause (inferred from the logs: they keep no request bodies)",
+        f"Misses by cause ({how})",
         ["cause", ">misses", ">tokens lost", ">USD lost", ">agentcache saves", "what to do"],
     )
     for c in causes:

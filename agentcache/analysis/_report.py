@@ -282,7 +282,8 @@ class AuditReport:
     """The result of an audit (see the module docstring for its JSON form). ``mode``: ``simulated`` (recorded
     requests with their bodies, replayed through simulated caches) or ``reported`` (agents' own logs: the usage
     the provider reported, the ``agentcache`` arm's what-if, causes inferred; then also ``sources``, ``causes`` and
-    ``groups``: :mod:`agentcache.analysis._report_logs`)."""
+    ``groups``: :mod:`agentcache.analysis._report_logs`). ``call_ids``: for requests rebuilt from an agent's log,
+    ``(session, request)`` → the log's call id (not in the JSON: it links the two reports of one run)."""
 
     provider: str
     model: str
@@ -300,6 +301,7 @@ class AuditReport:
     causes: list[Any] = field(default_factory=list)
     sources: list[Any] = field(default_factory=list)
     spend: dict[str, float] = field(default_factory=dict)
+    call_ids: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document, with exactly the documented top-level keys (``simulator_error`` only when the

@@ -25,6 +25,28 @@ FIXES: dict[str, str] = {
     "options.model": "a cache is per model: switch models between tasks, not within one",
     "unexplained": "the log keeps no request bodies: run the agent through `agentcache proxy --record DIR` and "
     "audit DIR for the byte-level cause",
+    "tools.reordered": "build the tool list in a fixed order (agentcache repairs it)",
+    "tools.serialization": "serialise tool schemas once, or with sorted keys (agentcache repairs it)",
+    "tools.changed": "keep tool definitions fixed within a session",
+    "tools.added": "append new tools at the end of the list",
+    "tools.removed": "keep the tool set for the session",
+    "system.volatile": "move dates, ids and times out of the system prompt, to the newest user turn",
+    "system.changed": "keep the system prompt fixed for the session",
+    "messages.edited": "send history exactly as it was sent",
+    "messages.serialization": "send back the bytes received (agentcache repairs it)",
+    "messages.shape": "pick one content shape, string or block list (agentcache repairs it)",
+    "messages.removed": "drop history in large steps, not a message per turn",
+    "messages.inserted": "append, never insert",
+    "messages.media_changed": "send media blocks exactly as before",
+    "options.tool_choice": "keep tool_choice fixed within a session",
+    "options.thinking": "keep thinking and reasoning options fixed within a session",
+    "options.other": "keep cache-key options fixed within a session",
+    "markers.missing": "place cache markers (agentcache does)",
+    "markers.invalid": "at most 4 markers, 1h before 5m (agentcache repairs them)",
+    "lookback.exceeded": "mark the entry the previous turn wrote (agentcache does)",
+    "below_minimum": "nothing to do: a prefix this short is never cached",
+    "cache_key.changed": "one prompt_cache_key per session lineage (agentcache sets one)",
+    "write.in_flight": "hold a request until its sibling's first byte (agentcache coalesces)",
 }
 
 #: The parts of the input bill a log audit splits the reported spend into (``spend`` in the JSON, USD).

@@ -80,11 +80,14 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     return sniff(Path(path))[0]
 
 
-def load(path: str | os.PathLike[str], format: str | None = None, *, tools_path: str | None = None) -> LoadResult:
+def load(
+    path: str | os.PathLike[str], format: str | None = None, *, tools_path: str | None = None, bodies: bool = True
+) -> LoadResult:
     """Load one recorded file.
 
     ``format`` (one of FORMATS) skips detection; ``tools_path`` names the tool schemas for ``taubench``
-    (default: ``<domain>_tools.json`` next to the file).
+    (default: ``<domain>_tools.json`` next to the file). ``bodies``: False reads an agent's log for its calls alone,
+    without rebuilding the exact request bodies a log may hold (:attr:`LogFormat.read_calls`).
     """
     p = Path(path)
     doc: Any = None
@@ -94,7 +97,7 @@ def load(path: str | os.PathLike[str], format: str | None = None, *, tools_path:
         raise UnknownFormatError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}", source=str(p))
     agent = next((f for f in LOG_FORMATS if f.name == format), None)
     if agent is not None:
-        read = agent.read(p)
+        read = agent.read(p) if bodies or agent.read_calls is None else agent.read_calls(p)
         return LoadResult(
             records=in_time_order(read.records),
             format=format,

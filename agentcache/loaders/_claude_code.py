@@ -322,4 +322,9 @@ class _Transcript:
 
 #: The :class:`~agentcache.loaders._formats.LogFormat` fields after its name and client: ``read``, ``sniff_lines``,
 #: ``sniff_path``, ``default_roots``, ``suffixes``.
+def read_calls(path: Path) -> LogRead:
+    """:func:`read` without the exact bodies (``bodies=False``): the calls alone."""
+    return read(path, bodies=False)
+
+
 HOOKS = (read, sniff_lines, sniff_path, default_roots, (".jsonl", ".json"))

@@ -36,7 +36,8 @@ class LogFormat:
     :data:`~agentcache.loaders._detect.SNIFF_LINES`) are this format's. ``sniff_path(path)``: True for a file of
     this format that is not JSON lines. ``default_roots(environ)``: the folders (or files) where the agent keeps
     its logs, existing or not, most specific first. ``suffixes``: the file suffixes worth opening when a
-    directory is searched."""
+    directory is searched. ``read_calls(path)``: the calls alone, when ``read`` also rebuilds exact request bodies
+    (Claude Code 2.1.332): cheaper, for inputs too large to hold their bodies; None when ``read`` gives calls only."""
 
     name: str
     client: str
@@ -45,12 +46,13 @@ class LogFormat:
     sniff_path: Callable[[Path], bool] = _never
     default_roots: Callable[[Mapping[str, str]], list[Path]] = _nowhere
     suffixes: tuple[str, ...] = (".jsonl",)
+    read_calls: Callable[[Path], LogRead] | None = None
 
 
 #: Every agent log format agentcache reads, in detection order.
 LOG_FORMATS: tuple[LogFormat, ...] = (
-    LogFormat("claude-code", "Claude Code", *_claude_code.HOOKS),
-    LogFormat("claude-code-bodies", "Claude Code", *_claude_code_bodies.HOOKS),
+    LogFormat("claude-code", "Claude Code", *_claude_code.HOOKS, read_calls=_claude_code.read_calls),
+    LogFormat("claude-code-bodies", "Claude Code request dumps", *_claude_code_bodies.HOOKS),
     LogFormat("codex", "Codex CLI", _codex.read_codex, _codex.sniff_lines, default_roots=_codex.default_roots),
     LogFormat(
         "opencode",

@@ -8,9 +8,9 @@ one), read one at a time (each file's records are kept, never the file), and joi
   file; a Codex subagent's rollout replays its parent's token counts) counts once: the first in time order
   (ties: file order), by :attr:`~agentcache.loaders.UsageRecord.call_id`;
 * ``since``/``until`` (unix seconds) keep the calls made in ``[since, until)``; ``project`` keeps the calls whose
-  project contains it (case-insensitive). Records with bodies carry times relative to their file, so of them only
-  a proxy recording's (``meta["recorded_by"]``: unix seconds) are filtered by time; ``project`` filters both
-  where a project is known.
+  project contains it (case-insensitive). Most records with bodies carry times relative to their file; a proxy
+  recording's (``meta["recorded_by"]``) and an agent log's (``meta["call_id"]``) carry unix seconds, and only those
+  are filtered by time; ``project`` filters both where a project is known.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentcache._exceptions import InputError
+from agentcache.loaders._claude_code_bodies import join_transcript
 from agentcache.loaders._detect import JSONL_KEYS, first_objects, log_format, sniff
 from agentcache.loaders._formats import LOG_FORMATS, LogFormat
 from agentcache.loaders._record import Record, UsageRecord
@@ -114,11 +115,14 @@ def load_paths(
     project: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     files: list[tuple[Path, bool]] | None = None,
+    bodies: bool = True,
 ) -> Inputs:
     """Read every input (see the module docstring). ``format`` applies to every file (no detection); a file of
     a searched directory that no format claims is counted in ``unrecognised``. ``progress(done, total)`` is
     called after each file. ``files``: the inputs already expanded (:func:`expand`), instead of ``paths``. Never
-    raises for bad input: each file's problem is in its :class:`FileRead`."""
+    raises for bad input: each file's problem is in its :class:`FileRead`. ``bodies``: False reads agents' logs for
+    their calls alone (no exact request bodies rebuilt). Claude Code's body dumps are put in their transcripts'
+    sessions (:func:`~agentcache.loaders._claude_code_bodies.join_transcript`), each call once."""
     from agentcache.loaders import load  # the one per-file loader; imported here: it imports this module's peers
 
     inputs = Inputs()
@@ -134,7 +138,7 @@ def load_paths(
         read = FileRead(path)
         inputs.files.append(read)
         try:
-            result = load(path, fmt, tools_path=tools_path)
+            result = load(path, fmt, tools_path=tools_path, bodies=bodies)
         except InputError as exc:
             read.error = exc
         except Exception as exc:  # a loader choking on unexpected input costs this file only
@@ -152,6 +156,8 @@ def load_paths(
         if progress is not None:
             progress(n + 1, len(files))
     inputs.usage_records = _once(usage, inputs, since, until, project)
+    if inputs.records and inputs.usage_records:
+        inputs.records = join_transcript(inputs.records, inputs.usage_records)
     return inputs
 
 
@@ -204,8 +210,8 @@ def _once(
 def _record_kept(rec: Record, since: float | None, until: float | None, project: str | None) -> bool:
     if not _in_project(rec.meta.get("project"), project):
         return False
-    if "recorded_by" not in rec.meta or rec.at is None:
-        return True
+    if rec.at is None or not ("recorded_by" in rec.meta or "call_id" in rec.meta):
+        return True  # a time relative to its file: no window applies
     return (since is None or rec.at >= since) and (until is None or rec.at < until)
 
 
