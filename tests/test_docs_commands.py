@@ -255,7 +255,9 @@ def test_readme_puts_audit_your_own_agents_first() -> None:
     quick = text[text.index("## Quick start") :]
     headings = re.findall(r"^### (.+)$", quick, re.M)
     assert headings[0] == "Audit your own agents", headings
-    assert "<!-- audit-own-agents:" in quick
+    # The first example the README shows is that audit, with its real output (run and checked like every console).
+    first = text[: text.index("## Install")]
+    assert "$ agentcache audit --sample" in first and "Misses by cause" in first
 
 
 def test_every_block_has_a_decision() -> None:

@@ -95,18 +95,18 @@ def _causes(causes: list[CauseRow], console: Console) -> None:
         how = "inferred from the logs: they keep no request bodies"
     else:
         how = f"{inferred:,} of {total:,} inferred from the logs, the others from the request bodies or the provider"
-    table = _table(
-        f"Misses by cause ({how})",
-        ["cause", ">misses", ">tokens lost", ">USD lost", ">agentcache saves", "what to do"],
-    )
+    table = _table(f"Misses by cause ({how})", ["cause", ">misses", ">tokens lost", ">USD lost", ">agentcache saves"])
     for c in causes:
         saves = _usd(c.saved_usd) if c.saved_by else "—"
-        if len(c.saved_by) > 1:
+        if c.saved_by:
             saves += " (" + ", ".join(f"{k.replace('_', '-')} {_usd(v)}" for k, v in c.saved_by.items()) + ")"
-        elif c.saved_by:
-            saves += f" ({next(iter(c.saved_by)).replace('_', '-')})"
-        table.add_row(c.cause, _int(c.misses), _int(c.tokens_lost), _usd(c.usd_lost), saves, FIXES.get(c.cause, ""))
+        table.add_row(c.cause, _int(c.misses), _int(c.tokens_lost), _usd(c.usd_lost), saves)
     console.print(table)
+    console.print("[bold]What to do[/bold]")
+    for c in causes:
+        if c.cause in FIXES:
+            console.print(f"  {c.cause}: {FIXES[c.cause]}")
+    console.print()
 
 
 def _group(kind: str, rows: list[GroupRow], console: Console, limit: int = 31) -> None:
