@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -45,13 +44,17 @@ def corpus(root: Path, mb: float) -> Corpus:
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (KB) of the child, and its stdout."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    wall = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, max(peak, before), done.stdout
+    """Wall seconds, peak RSS (KB) of this child alone (``os.wait4``'s rusage), and its stdout."""
+    with tempfile.TemporaryFile() as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            raise subprocess.CalledProcessError(proc.returncode, cmd)
+        out.seek(0)
+        return wall, usage.ru_maxrss, out.read().decode()
 
 
 def main() -> None:
