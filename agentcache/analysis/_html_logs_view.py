@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._html_logs_tree import SessionCalls, TreeRow, build_tree, costliest_sessions, miss_times
+from ._html_view import ArmRow
 from ._report import ArmMetrics, AuditReport, MissRecord
 from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow, SourceRow
 
@@ -38,18 +39,6 @@ LOG_ARM_HELP: dict[str, str] = {
 
 #: What each lever of the agentcache arm is called on the page.
 LEVERS = {"keep_warm": "keep-warm", "ttl": "TTL policy"}
-
-
-@dataclass(frozen=True, slots=True)
-class LogArm:
-    """One arm's totals, its legend text, and its USD ``saved`` against ``reported`` with that as a ``share`` of
-    ``reported``'s cost (None for ``reported`` itself)."""
-
-    name: str
-    help: str
-    metrics: ArmMetrics
-    saved: float | None
-    share: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +99,7 @@ class LogsView:
     sessions: int
     subagents: int
     calls: int
-    arms: list[LogArm]
+    arms: list[ArmRow]
     lost_usd: float
     spend: list[SpendLine]
     causes: list[CauseLine]
@@ -141,7 +130,7 @@ def build_logs_view(
     for name, m in report.totals.items():
         saved, share = m.saved_against(base) if name != "reported" else (None, None)
         arms.append(
-            LogArm(name, LOG_ARM_HELP.get(name, "An arm this report adds (no description known)."), m, saved, share)
+            ArmRow(name, LOG_ARM_HELP.get(name, "An arm this report adds (no description known)."), m, saved, share)
         )
     days = [r.key for r in report.groups.get("day", []) if r.key != "unknown"]
     misses = [m for m in report.misses if m.arm == "reported"]

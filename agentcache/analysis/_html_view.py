@@ -47,8 +47,9 @@ ARM_HELP: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class ArmRow:
-    """One arm's totals with its legend text and its USD ``saved`` against ``as_sent`` (None for ``as_sent``
-    itself, or when the report has no ``as_sent`` arm); ``share``: saved / as_sent cost."""
+    """One arm's totals with its legend text and its USD ``saved`` against the report's base arm (``as_sent``; on
+    an audit of agents' logs ``reported``), None for the base itself or when there is none; ``share``: saved / the
+    base's cost."""
 
     name: str
     help: str

@@ -213,14 +213,7 @@ class Ledger:
                 cost = t.cost(usage, self.model or prepared.planned.model) or 0.0
             else:  # another provider's usage through this API (LiteLLM in front of Anthropic): its own prices
                 cost = cost_usd(usage, served, prepared.planned.model) or 0.0
-            sim = SimUsage(
-                usage.prompt_tokens,
-                usage.cache_read_tokens,
-                usage.cache_write_tokens,
-                usage.uncached_tokens,
-                cost,
-                usage.cache_write_1h_tokens,
-            )
+            sim = SimUsage.of(usage, cost)
             usages["reported"] = sim
             rep.arms["reported"].add(sim)
             self.totals["reported"].add(sim)

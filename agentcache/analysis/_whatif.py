@@ -54,15 +54,7 @@ class WhatIf:
 def priced(usage: CacheUsage, model: str) -> SimUsage:
     """Reported ``usage`` with its input-side USD at ``model``'s prices on the cache that served it
     (:func:`agentcache.targets.cost_usd`; 0 where agentcache has no prices, such as an engine)."""
-    cost = cost_usd(usage, served_by(usage), model) or 0.0
-    return SimUsage(
-        usage.prompt_tokens,
-        usage.cache_read_tokens,
-        usage.cache_write_tokens,
-        usage.uncached_tokens,
-        cost,
-        usage.cache_write_1h_tokens,
-    )
+    return SimUsage.of(usage, cost_usd(usage, served_by(usage), model) or 0.0)
 
 
 def what_if(calls: Sequence[UsageRecord], losses: Sequence[CallLoss], ttl_policy: str = "auto") -> list[WhatIf]:

@@ -19,7 +19,7 @@ from agentcache._exceptions import InputError
 from agentcache.loaders._common import problem
 from agentcache.loaders._record import Record, UsageRecord
 
-__all__ = ["LogRead", "json_lines"]
+__all__ = ["LogRead", "json_lines", "read_each"]
 
 
 @dataclass(slots=True)
@@ -85,3 +85,16 @@ def _parse(
         read.errors.append(InputError("line is not a JSON object", source=str(path), record=i))
         return
     yield i, obj
+
+
+def read_each(path: Path, line: Callable[[int, dict[str, Any]], None], read: LogRead) -> LogRead:
+    """Feed each JSON-object line of ``path`` to ``line(index, obj)``, which adds the calls it finds to ``read``;
+    a line it fails on costs that line only (one error naming it). The lines that gave neither a call nor an error
+    are counted ``ignored``. Raises :class:`InputError` when the file cannot be opened."""
+    for i, obj in json_lines(path, read):
+        try:
+            line(i, obj)
+        except Exception as exc:  # one unreadable call costs that line, never the file
+            read.errors.append(InputError(problem(exc), source=str(path), record=i))
+    read.ignored = read.lines - len(read.usage_records) - len(read.errors)
+    return read

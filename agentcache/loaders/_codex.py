@@ -39,9 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from agentcache._exceptions import InputError
-from agentcache.loaders._agentlog import LogRead, json_lines
-from agentcache.loaders._common import problem
+from agentcache.loaders._agentlog import LogRead, read_each
 from agentcache.loaders._logfields import get_dict, get_str, lineage, tokens, unix_seconds, usage_of
 from agentcache.loaders._record import CallKind, UsageRecord
 
@@ -79,14 +77,7 @@ def read_codex(path: Path) -> LogRead:
     """Every API call of one rollout, in file order (see the module docstring). Raises :class:`InputError` when
     the file cannot be opened."""
     read = LogRead()
-    rollout = _Rollout(path, read)
-    for i, obj in json_lines(path, read):
-        try:
-            rollout.line(i, obj)
-        except Exception as exc:  # one unreadable call costs that line, never the file
-            read.errors.append(InputError(problem(exc), source=str(path), record=i))
-    read.ignored = read.lines - len(read.usage_records) - len(read.errors)
-    return read
+    return read_each(path, _Rollout(path, read).line, read)
 
 
 def _vector(usage: Any) -> tuple[int, ...]:

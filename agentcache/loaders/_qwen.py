@@ -36,9 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcache._exceptions import InputError
-from agentcache.loaders._agentlog import LogRead, json_lines
-from agentcache.loaders._common import problem
+from agentcache.loaders._agentlog import LogRead, read_each
 from agentcache.loaders._logfields import get_dict, get_str, lineage, tokens, unix_seconds, usage_of
 from agentcache.loaders._record import CallKind, UsageRecord
 
@@ -79,14 +77,7 @@ def read_qwen(path: Path) -> LogRead:
     """Every API call of one chat or subagent transcript, in file order. Raises :class:`InputError` when the file
     cannot be opened."""
     read = LogRead()
-    chat = _Chat(path, read)
-    for i, obj in json_lines(path, read):
-        try:
-            chat.line(i, obj)
-        except Exception as exc:  # one unreadable call costs that line, never the file
-            read.errors.append(InputError(problem(exc), source=str(path), record=i))
-    read.ignored = read.lines - len(read.usage_records) - len(read.errors)
-    return read
+    return read_each(path, _Chat(path, read).line, read)
 
 
 def api_of(auth_type: str | None) -> str:

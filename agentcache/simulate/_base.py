@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..model._canonical import CanonicalRequest
 from ..model._rules import normalize_model
@@ -32,6 +32,18 @@ class SimUsage:
     uncached_tokens: int
     cost_usd: float
     cache_write_1h_tokens: int = 0
+
+    @classmethod
+    def of(cls, usage: Any, cost_usd: float) -> SimUsage:
+        """Reported usage (a :class:`~agentcache.model._usage.CacheUsage`: the same token fields) at ``cost_usd``."""
+        return cls(
+            usage.prompt_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.uncached_tokens,
+            cost_usd,
+            usage.cache_write_1h_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True)
