@@ -37,12 +37,12 @@ from .analysis._report import AuditReport, ModelRecord, ProviderMissRecord
 from .loaders import Record
 from .model._provider import compare, read_diagnosis
 from .model._rules import anthropic_rules, default_model, lookup_model, normalize_model, openai_rules, unknown_model
-from .model._types import TargetKind
+from .model._types import Api, TargetKind
 from .model._usage import CacheUsage, normalize_usage, served_by
 from .policies import STRATEGIES
 from .session import Identity, MemoryStore, Sessions
 from .simulate import Concurrency
-from .targets import resolve_target
+from .targets import Target, resolve_target
 
 __all__ = ["audit"]
 
@@ -77,9 +77,12 @@ def audit(
     recs = _time_order(list(records))
     usages = [_usage(r) for r in recs]
     setting = settings.target if settings is not None else None
+    per_record = _targets(recs, usages, setting, model) if provider is None else None
     declared = provider or next((p for u in usages if u is not None and (p := served_by(u)) is not None), None)
     target = resolve_target(recs[0].api if recs else "openai.chat", setting=setting, declared=declared, model=model)
     name = target.name
+    if per_record is not None and (compare or ttft is not None):
+        raise ConfigError("--compare and --ttft need one provider's rules: these records mix APIs, pass --provider")
     if name != TargetKind.ENGINE:
         rules_for = anthropic_rules if name == TargetKind.ANTHROPIC else openai_rules
         if model is not None and not rules_for(model).known:
@@ -95,7 +98,9 @@ def audit(
     # default's numbers (its name still decides capabilities such as OpenAI breakpoints).
     if ttft is not None and (name != TargetKind.ANTHROPIC or ttft < 0):
         raise ConfigError("--ttft models concurrency in Anthropic's cache: use --provider anthropic and seconds >= 0")
-    sessions = Sessions(provider=target, settings=settings, idle_timeout=None, store=_unbounded())
+    sessions = Sessions(
+        provider=target if per_record is None else None, settings=settings, idle_timeout=None, store=_unbounded()
+    )
     conc = Concurrency(ttft, hold=settings.coalesce_timeout if settings else 3.0) if ttft is not None else None
     reported = any(u is not None for u in usages)
     rpm = settings.openai_rpm_per_key if settings is not None else 15.0
@@ -117,15 +122,15 @@ def audit(
     call_ids: dict[tuple[str, int], str] = {}
     for n, (rec, usage) in enumerate(zip(recs, usages, strict=True)):
         try:
-            turn = sessions.begin(
-                rec.api, rec.body, identity=Identity(session=rec.session, parent=_parent(rec)), now=0.0, at=rec.at
-            )
+            own = per_record[n] if per_record is not None else None
+            identity = Identity(session=rec.session, parent=_parent(rec))
+            turn = sessions.begin(rec.api, rec.body, identity=identity, now=0.0, at=rec.at, target=own)
             turn.commit()
             turn.finish(usage)
             i = counts.get(rec.session, 0)
             if rec.response is not None:
                 _provider_miss(rec, i, turn.prepared.divergence, provider_misses)
-            ledger.record(rec.session, i, turn.prepared, usage=usage, parent=_parent(rec))
+            ledger.record(rec.session, i, turn.prepared, usage=usage, parent=_parent(rec), target=own)
             if isinstance(call := rec.meta.get("call_id"), str):
                 call_ids[rec.session, i] = call
         except (InputError, ConfigError) as exc:  # one bad record never stops the audit
@@ -140,13 +145,31 @@ def audit(
         if progress is not None:
             progress(n + 1)
     ledger.finish()
-    report = ledger.report(name, _report_model(recs, name, model))
+    if per_record is not None:
+        report = ledger.report("mixed", model or "mixed")
+    else:
+        report = ledger.report(name, _report_model(recs, name, model))
     report.errors = errors
     failed = {(e.source or "", e.record) for e in errors}
     report.models = _models_seen([r for r in recs if (r.source or "", r.index) not in failed], name, model)
     report.provider_misses = provider_misses
     report.call_ids = call_ids
     return report
+
+
+def _targets(
+    recs: list[Record], usages: list[CacheUsage | None], setting: Any, model: str | None
+) -> list[Target] | None:
+    """One target per record when the records are of more than one provider's API (a proxy recording of Claude
+    Code and Codex): each under its own API's rules, as the proxy planned them; None when they share one."""
+    kinds = {Api(r.api).provider for r in recs}
+    if len(kinds) < 2:
+        return None
+    out = []
+    for rec, usage in zip(recs, usages, strict=True):
+        declared = served_by(usage) if usage is not None else None
+        out.append(resolve_target(rec.api, setting=setting, declared=declared, model=model))
+    return out
 
 
 def _usage(rec: Record) -> CacheUsage | None:
@@ -205,7 +228,7 @@ def _report_model(recs: list[Record], provider: str, model: str | None) -> str:
     if not all(rules_for(m).known for m in known):
         return default_model(provider)
     models = {str(r.body.get("model")) for r in recs}
-    return models.pop() if len(models) == 1 else default_model(provider)
+    return models.pop() if len(models) == 1 else "mixed"  # the report's models list names them
 
 
 def _time_order(recs: list[Record]) -> list[Record]:

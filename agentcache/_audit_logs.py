@@ -17,10 +17,11 @@ from collections.abc import Iterable, Sequence
 
 from ._config import Settings
 from .analysis._inferred import CallLoss, ExactCauses, infer_losses, read_instead
-from .analysis._report import ArmMetrics, AuditReport, MissRecord, SessionReport, TurnRecord
+from .analysis._report import ArmMetrics, AuditReport, MissRecord, ModelRecord, SessionReport, TurnRecord
 from .analysis._report_logs import BY, SPEND, CauseRow, GroupRow, SourceRow
 from .analysis._whatif import WhatIf, priced, what_if
 from .loaders import UsageRecord
+from .model._rules import lookup_model
 from .model._usage import CacheUsage, served_by
 from .simulate import SimUsage
 
@@ -75,7 +76,24 @@ def audit_logs(
         report.sessions.append(sess)
     report.causes = sorted(causes.values(), key=lambda c: -c.usd_lost)
     report.groups = groups.rows()
+    report.models = _models(sessions)
     return report
+
+
+def _models(sessions: dict[str, list[UsageRecord]]) -> list[ModelRecord]:
+    """Each (provider, model) the calls used, with whether the price table knows it (else it is priced as the
+    provider's default model: the report names it, as the audit of recorded requests does)."""
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for calls in sessions.values():
+        for c in calls:
+            provider = served_by(c.usage)
+            if provider in ("anthropic", "openai"):
+                counts[provider, c.model] += 1
+    out = []
+    for (provider, model), n in sorted(counts.items()):
+        priced_as, known = lookup_model(provider, model or None)
+        out.append(ModelRecord(provider, model, known, priced_as, n))
+    return out
 
 
 def _by_session(records: Iterable[UsageRecord]) -> dict[str, list[UsageRecord]]:

@@ -191,6 +191,10 @@ def audit_command(
         _nothing(inputs, named, errors, window, project)
         raise typer.Exit(EXIT_BAD_INPUT)
     options = (provider.value if provider else None, model, compare, ttft)
+    if not inputs.records and (provider or model or compare or ttft is not None):
+        errors.warn(
+            "--provider, --model, --compare and --ttft apply to recorded requests with bodies, not to agents' logs"
+        )
     logs, simulated = _run(inputs, named, options, errors, json_output)
     _emit(logs, simulated, [b.value for b in by] if by else None, json_output, html, named, errors)
     if errors.count or (logs is None and simulated is None):
@@ -215,10 +219,13 @@ def _found_logs(quiet: bool) -> list[Path]:
         if not quiet:
             typer.echo(f"found {fmt.client} logs in {root}", err=True)
     if not found:
+        env = _environ()
         looked = "; ".join(
-            f"{f.client}: {', '.join(str(p) for p in f.default_roots(_environ())) or '-'}" for f in LOG_FORMATS
+            f"{f.client}: {', '.join(str(p) for p in roots)}" for f in LOG_FORMATS if (roots := f.default_roots(env))
         )
-        Errors().add(f"no agent logs found (looked in {looked or 'nothing: no agent log formats'}); pass a PATH")
+        Errors().add(
+            f"no agent logs found (looked in {looked}); pass a PATH, or try `agentcache audit --sample` for a look"
+        )
     return [root for _, root in found]
 
 
@@ -264,7 +271,10 @@ def _run(
     else:
         errors.flush()
     exact = exact_causes(simulated) if simulated is not None else None  # byte-level causes replace inferred ones
-    logs = _audit_logs(inputs, named, exact) if inputs.usage_records else None
+    logs = None
+    if inputs.usage_records:
+        with without_events("model.unknown") if not quiet_json else contextlib.nullcontext():
+            logs = _audit_logs(inputs, named, exact)
     return logs, simulated
 
 
@@ -279,9 +289,10 @@ def _audit_logs(inputs: Inputs, named: list[Path], exact: ExactCauses | None) ->
         files = [r for r in inputs.files if r.format == fmt.name]
         if not files:
             continue
-        calls = sum(r.usage_records or r.records for r in files)  # a body dump holds requests, a log calls
-        sessions = {u.session for u in inputs.usage_records if u.client == fmt.name}
-        sessions |= {r.session for r in inputs.records if r.meta.get("format") == fmt.name}
+        # What the audit kept (after --since/--until/--project): a log's calls, a body dump's requests.
+        kept = [u.session for u in inputs.usage_records if u.client == fmt.name]
+        kept += [r.session for r in inputs.records if r.meta.get("format") == fmt.name]
+        calls, sessions = len(kept), set(kept)
         roots = tuple(sorted({_root_of(r.path, named) for r in files}))
         shown = roots if len(roots) <= 3 else (*roots[:2], f"… {len(roots) - 2} more")
         errors = sum(len(r.errors) for r in files)
@@ -350,6 +361,10 @@ def _emit(
         if simulated is not None:
             from .analysis._render import render_report
 
+            if logs is not None:  # the same calls' request bodies (exact mode), or other recorded traffic
+                console.rule(
+                    "[bold]The requests with their bodies, replayed: what agentcache's repairs and markers change"
+                )
             render_report(simulated, console)
     report = logs if logs is not None else simulated  # agents' logs are the main job: their page first
     if html is not None and report is not None:

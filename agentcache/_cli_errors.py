@@ -3,9 +3,9 @@
 * An input the caller named that cannot be read at all (no such file, an unknown format, invalid JSON) is one
   line ``agentcache: error: <file>: <what>`` and makes the exit code 2 at the end; the other inputs are still read.
 * Records (lines, events) of a readable file that cannot be read cost those records only: one line per file,
-  ``agentcache: warning: <file>: 3 of 1,530 records skipped (record 12: <what>)``, and with ``--verbose`` the first
-  few with their 0-based record (line) numbers. A log's last line still being written is not counted. They do
-  not change the exit code: what could be read is reported.
+  ``agentcache: warning: <file>: 3 of 1,530 records skipped (line 13: <what>)``, and with ``--verbose`` the first
+  few: ``line N`` (1-based, as an editor counts) in a file of JSON lines, else ``record N`` (0-based). A log's
+  last line still being written is not counted. They do not change the exit code: what could be read is reported.
 * Nothing readable at all exits 2.
 """
 
@@ -73,15 +73,23 @@ class Errors:
             total = self._totals.get(source)
             of = f" of {total:,}" if total is not None and total >= len(errs) else ""
             first = errs[0]
-            where = f"record {first.record}: " if first.record is not None else ""
+            where = f"{_where(source, first.record)}: " if first.record is not None else ""
             hint = "" if self.verbose else "; --verbose lists them"
             noun = "record" if len(errs) == 1 and not of else "records"
             self.warn(f"{source}: {len(errs):,}{of} {noun} skipped ({where}{first.reason}){hint}")
             if self.verbose:
                 for err in errs[:EXAMPLES]:
-                    typer.echo(f"  record {err.record}: {' '.join(err.reason.split())}", err=True)
+                    typer.echo(f"  {_where(source, err.record)}: {' '.join(err.reason.split())}", err=True)
                 if len(errs) > EXAMPLES:
                     typer.echo(f"  … {len(errs) - EXAMPLES:,} more", err=True)
+
+
+def _where(source: str, record: int | None) -> str:
+    """How a person finds the bad record: ``line N`` (1-based, as an editor counts) in a file of JSON lines,
+    else ``record N`` (0-based: the event or request index of a JSON document)."""
+    if source.endswith(".jsonl") and record is not None:
+        return f"line {record + 1}"
+    return f"record {record}"
 
 
 def fail(message: str) -> typer.Exit:

@@ -179,7 +179,7 @@ def test_jsonl_with_one_malformed_record(tmp_path: Path) -> None:
     assert result.exit_code == 0
     lines = error_lines(result)
     assert len(lines) == 1
-    assert lines[0].startswith(f"agentcache: warning: {path}: 1 of 4 records skipped (record 2:")
+    assert lines[0].startswith(f"agentcache: warning: {path}: 1 of 4 records skipped (line 3:")
     assert "body" in lines[0] and lines[0].endswith("; --verbose lists them")
     doc = json.loads(result.stdout)
     assert doc["totals"]["as_sent"]["requests"] == 3
@@ -191,7 +191,7 @@ def test_malformed_body_found_by_the_audit(tmp_path: Path) -> None:
     result = invoke("audit", path, "--json")
     assert result.exit_code == 0
     lines = error_lines(result)
-    assert len(lines) == 1 and f"{path}: 1 of 4 records skipped (record 1:" in lines[0] and "messages" in lines[0]
+    assert len(lines) == 1 and f"{path}: 1 of 4 records skipped (line 2:" in lines[0] and "messages" in lines[0]
     assert json.loads(result.stdout)["totals"]["as_sent"]["requests"] == 3
 
 
@@ -209,10 +209,10 @@ def test_record_errors_are_printed_in_record_order(tmp_path: Path) -> None:
     result = invoke("audit", path, "--json")
     assert result.exit_code == 0
     lines = error_lines(result)
-    assert len(lines) == 1 and f"{path}: 3 of 4 records skipped (record 1:" in lines[0]
+    assert len(lines) == 1 and f"{path}: 3 of 4 records skipped (line 2:" in lines[0]
     verbose = error_lines(invoke("audit", path, "--json", "--verbose"))
     assert verbose[0].endswith(")") and len(verbose) == 4
-    assert [line.split("record ")[1].split(":")[0] for line in verbose[1:]] == ["1", "2", "3"]
+    assert [line.split("line ")[1].split(":")[0] for line in verbose[1:]] == ["2", "3", "4"]
 
 
 def test_internal_failure_still_raises(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,12 +55,10 @@ def test_odd_records_cost_one_summary_line_and_the_rest_is_audited(tmp_path: Pat
     result = invoke("audit", path, "--json")
     assert result.exit_code == 0
     lines = error_lines(result)
-    assert lines == [lines[0]] and lines[0].startswith(
-        f"agentcache: warning: {path}: 3 of 6 records skipped (record 1:"
-    )
+    assert lines == [lines[0]] and lines[0].startswith(f"agentcache: warning: {path}: 3 of 6 records skipped (line 2:")
     assert "lone surrogate (\\ud800)" in lines[0]
     verbose = error_lines(invoke("audit", path, "--json", "--verbose"))[1:]
-    assert [ln.split("record ")[1].split(":")[0] for ln in verbose] == ["1", "2", "3"]
+    assert [ln.split("line ")[1].split(":")[0] for ln in verbose] == ["2", "3", "4"]
     assert "TypeError" in verbose[1]  # agentcache could not read a tool named by an object
     assert "nested too deeply" in verbose[2]
     doc = json.loads(result.stdout)

@@ -9,7 +9,9 @@ and its cause is inferred from what the log does show, in this order:
 
 1. the exact cause, when the request body is known (Claude Code 2.1.332 records its requests; its body dumps; a
    proxy recording): the byte-level break or miss the audit of those bodies found for the same call
-   (:func:`exact_causes`), when it accounts for at least half the tokens lost; then the provider's own diagnosis,
+   (:func:`exact_causes`), when it accounts for at least half the tokens lost and the log records no model switch
+   or compaction at that call (what the user did names the cause; the body's first change is added to it); then
+   the provider's own diagnosis,
    when the log kept it (Anthropic ``diagnostics.cache_miss_reason``, OpenAI ``prompt_cache_diagnostics``;
    :func:`~agentcache.model._provider.cause_of`): neither is inferred;
 2. the call used another model than the one before (``options.model``: a cache is per model);
@@ -171,9 +173,12 @@ def _loss(
     base = CallLoss(expected=expected, lost=lost, gap=gap, ttl=ttl)
     if lost < MIN_LOSS:
         return base
-    if exact is not None and exact[2] * 2 >= lost:  # the body explains most of the loss (else: time, events)
+    acted = call.model != prev.model or "compacted" in call.events or call.kind == "compaction"
+    if exact is not None and exact[2] * 2 >= lost and not acted:  # the body explains most of the loss
         return CallLoss(expected, lost, exact[0], exact[1], "the request body (byte-level)", gap, ttl, False)
     cause, where, detail, inferred = _why(prev, call, gap, ttl, static_read)
+    if exact is not None and acted:  # what the user did names the cause; the body says what it changed first
+        detail = f"{detail}; the request body first differs at {exact[1] or 'the start'} ({exact[0]})"
     return CallLoss(expected, lost, cause, where, detail, gap, ttl, inferred)
 
 
@@ -195,7 +200,8 @@ def _why(
     if gap is not None and ttl is not None and gap > ttl:
         return TTL_EXPIRED, None, f"{duration(gap)} pause > {duration(ttl)} TTL", True
     if "resumed" in call.events:
-        return SESSION_RESUMED, None, "the first call of a new process (continue, resume or restart)", True
+        after = f", {duration(gap)} after the last call" if gap is not None else ""
+        return SESSION_RESUMED, None, f"the first call of a new process (continue, resume or restart){after}", True
     if read == 0:
         return UNEXPLAINED, "tools or system", "nothing was read: the start of the prompt changed, or evicted", True
     if static_read is not None and read <= static_read * 1.02:

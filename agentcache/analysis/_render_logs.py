@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._fmt import _int, _pct, _plural, _table, _usd
+from ._render import _render_unknown_models
 from ._report import ArmMetrics, AuditReport, SessionReport
 from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow
 
@@ -52,6 +53,7 @@ def _header(report: AuditReport, console: Console) -> None:
             f"  {src.client}: {_plural(src.sessions, 'session')}, {_plural(src.calls, 'call')} in "
             f"{_plural(src.files, 'file')} ({where}){errors}"
         )
+    _render_unknown_models(report.models, console)
     days = [row.key for row in report.groups.get("day", []) if row.key != "unknown"]
     if days:
         console.print(f"  from {days[0]} to {days[-1]} (UTC)")

@@ -20,8 +20,9 @@ BY = ("day", "project", "model", "client", "session")
 FIXES: dict[str, str] = {
     "ttl.expired": "keep-warm across pauses (agentcache proxy with keep_warm = true), or a 1h TTL for long pauses",
     "messages.compacted": "each compaction writes a new prompt: compact less often, or before a pause, not after",
-    "session.resumed": "a new process rebuilt the prompt: resume within the TTL, keep volatile text (dates, git "
-    "status) out of the system prompt",
+    "session.resumed": "a new process rebuilt its prompt (the agent re-reads its environment at start: a date, git "
+    "status, tool descriptions); after a long pause the TTL also expired. Which bytes changed: a proxy recording "
+    "or Claude Code 2.1.332's own request records name them",
     "options.model": "a cache is per model: switch models between tasks, not within one",
     "unexplained": "the log keeps no request bodies: run the agent through `agentcache proxy --record DIR` and "
     "audit DIR for the byte-level cause",

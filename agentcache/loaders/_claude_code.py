@@ -172,7 +172,10 @@ class _Transcript:
         self.held: list[dict[str, Any]] | None = [] if bodies else None  # lines read before the file shows it
 
     def skip(self, raw: bytes) -> bool:
-        """True for a line that cannot matter (see the module docstring), told from its head where it can be."""
+        """True for a line that cannot matter (see the module docstring), told from its head where it can be. A
+        line that is no JSON object at all is never skipped: parsing it makes it an error, counted."""
+        if raw.lstrip()[:1] != b"{":
+            return False
         told = _head_kind(raw)
         if told is None:
             return self._skip_searching(raw)
