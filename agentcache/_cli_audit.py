@@ -296,7 +296,7 @@ def _audit_logs(inputs: Inputs, named: list[Path], exact: ExactCauses | None) ->
         roots = tuple(sorted({_root_of(r.path, named) for r in files}))
         shown = roots if len(roots) <= 3 else (*roots[:2], f"… {len(roots) - 2} more")
         errors = sum(len(r.errors) for r in files)
-        rows.append(SourceRow(fmt.client, shown, len(files), calls, len(sessions), errors))
+        rows.append(SourceRow(fmt.client, shown, len(files), calls, len(sessions), errors, fmt.leaves_out))
     return audit_logs(inputs.usage_records, get_settings(), rows, exact)
 
 

@@ -53,6 +53,8 @@ def _header(report: AuditReport, console: Console) -> None:
             f"  {src.client}: {_plural(src.sessions, 'session')}, {_plural(src.calls, 'call')} in "
             f"{_plural(src.files, 'file')} ({where}){errors}"
         )
+        if src.leaves_out:
+            console.print(f"    not in these logs: {src.leaves_out}")
     _render_unknown_models(report.models, console)
     days = [row.key for row in report.groups.get("day", []) if row.key != "unknown"]
     if days:

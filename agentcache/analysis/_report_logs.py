@@ -125,7 +125,8 @@ class CauseRow:
 @dataclass(frozen=True, slots=True)
 class SourceRow:
     """What was read of one agent's logs: the ``client``, the ``roots`` given or found, the ``files`` read, the
-    ``calls`` they held (each once), the ``sessions`` and the ``lines`` skipped as unreadable (``errors``)."""
+    ``calls`` they held (each once), the ``sessions``, the ``lines`` skipped as unreadable (``errors``) and the
+    calls the agent makes but does not log (``leaves_out``, or None)."""
 
     client: str
     roots: tuple[str, ...]
@@ -133,6 +134,7 @@ class SourceRow:
     calls: int
     sessions: int
     errors: int = 0
+    leaves_out: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON object."""
@@ -143,4 +145,5 @@ class SourceRow:
             "calls": self.calls,
             "sessions": self.sessions,
             "errors": self.errors,
+            "leaves_out": self.leaves_out,
         }

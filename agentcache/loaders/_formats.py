@@ -37,7 +37,8 @@ class LogFormat:
     this format that is not JSON lines. ``default_roots(environ)``: the folders (or files) where the agent keeps
     its logs, existing or not, most specific first. ``suffixes``: the file suffixes worth opening when a
     directory is searched. ``read_calls(path)``: the calls alone, when ``read`` also rebuilds exact request bodies
-    (Claude Code 2.1.332): cheaper, for inputs too large to hold their bodies; None when ``read`` gives calls only."""
+    (Claude Code 2.1.332): cheaper, for inputs too large to hold their bodies; None when ``read`` gives calls only.
+    ``leaves_out``: the calls the agent makes but does not log (reports say so beside its figures)."""
 
     name: str
     client: str
@@ -47,11 +48,18 @@ class LogFormat:
     default_roots: Callable[[Mapping[str, str]], list[Path]] = _nowhere
     suffixes: tuple[str, ...] = (".jsonl",)
     read_calls: Callable[[Path], LogRead] | None = None
+    leaves_out: str | None = None
 
 
 #: Every agent log format agentcache reads, in detection order.
 LOG_FORMATS: tuple[LogFormat, ...] = (
-    LogFormat("claude-code", "Claude Code", *_claude_code.HOOKS, read_calls=_claude_code.read_calls),
+    LogFormat(
+        "claude-code",
+        "Claude Code",
+        *_claude_code.HOOKS,
+        read_calls=_claude_code.read_calls,
+        leaves_out="its compaction and session-title calls (not in its transcripts; its body dumps have them)",
+    ),
     LogFormat("claude-code-bodies", "Claude Code request dumps", *_claude_code_bodies.HOOKS),
     LogFormat("codex", "Codex CLI", _codex.read_codex, _codex.sniff_lines, default_roots=_codex.default_roots),
     LogFormat(
