@@ -241,9 +241,9 @@ def test_agentcache_audit_on_the_transcripts(gen: Generated, transcripts: Inputs
         # not the dumps'; a dump Claude Code did not finish writing leaves its call inferred).
         from_bodies = [m for m in exact if not m["inferred"]]
         assert len(from_bodies) >= 3 and len(exact) - len(from_bodies) < len(misses)
-        assert all(m["detail"] == "the request body (byte-level)" for m in from_bodies)
+        assert all("the request body" in m["detail"] for m in from_bodies)
         assert with_dumps["totals"]["reported"] == reported  # the same calls, counted once
     else:
-        assert misses and not any(m["inferred"] for m in misses)
-        assert all(m["detail"] == "the request body (byte-level)" for m in misses)
+        assert misses and not any(m["inferred"] for m in misses), [(m["request"], m["cause"], m["inferred"], m["detail"]) for m in misses]
+        assert all("the request body" in m["detail"] for m in misses)
         assert doc["simulated"]["totals"]["reported"]["requests"] == len(held)  # every request rebuilt

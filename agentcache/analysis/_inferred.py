@@ -10,7 +10,8 @@ and its cause is inferred from what the log does show, in this order:
 1. the exact cause, when the request body is known (Claude Code 2.1.332 records its requests; its body dumps; a
    proxy recording): the byte-level break or miss the audit of those bodies found for the same call
    (:func:`exact_causes`), when it accounts for at least half the tokens lost and the log records no model switch
-   or compaction at that call (what the user did names the cause; the body's first change is added to it); then
+   or compaction at that call (what the user did names the cause, not inferred when the body confirms it; the
+   body's first change is added to it); then
    the provider's own diagnosis,
    when the log kept it (Anthropic ``diagnostics.cache_miss_reason``, OpenAI ``prompt_cache_diagnostics``;
    :func:`~agentcache.model._provider.cause_of`): neither is inferred;
@@ -179,6 +180,7 @@ def _loss(
     cause, where, detail, inferred = _why(prev, call, gap, ttl, static_read)
     if exact is not None and acted:  # what the user did names the cause; the body says what it changed first
         detail = f"{detail}; the request body first differs at {exact[1] or 'the start'} ({exact[0]})"
+        inferred = inferred and exact[2] * 2 < lost  # the bodies confirm what the log records
     return CallLoss(expected, lost, cause, where, detail, gap, ttl, inferred)
 
 
