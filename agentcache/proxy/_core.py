@@ -32,6 +32,7 @@ from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
 from ..session._coalesce import Ticket
+from ._boundary import BodyTimeout
 from ._errors import Style, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
 from ._record import exchange_of
@@ -72,6 +73,8 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         raw = await read_body(request, limit)
     except BodyTooLarge:
         return state.own_error(route, provider, style, 413, f"request body exceeds {limit} bytes")
+    except BodyTimeout as exc:
+        return state.own_error(route, provider, style, 408, str(exc))
     parsed: Any = None
     texts: Any = None
     tenant = tenant_of(request.headers, state.config.tenant_salt)
@@ -341,6 +344,8 @@ async def relay(state: ProxyState, request: Request, route: str = "passthrough")
         upstream = await state.send(req, route, style)
     except BodyTooLarge:  # a chunked body that grew past the limit: the upstream got no complete request
         return state.own_error(route, provider, style, 413, f"request body exceeds {limit} bytes")
+    except BodyTimeout as exc:  # the client stopped sending its body: the upstream got no complete request
+        return state.own_error(route, provider, style, 408, str(exc))
     if isinstance(upstream, Response):
         state.count_request(route, provider, "", "error")
         return upstream
