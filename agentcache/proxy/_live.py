@@ -71,8 +71,10 @@ class LiveReport:
         self.max_names = max_names
         #: the ``engine`` arm, set by the proxy in front of a llama.cpp engine
         self.engine: EngineArm | None = None
-        self.providers: Counter[str] = Counter()
-        self.models: Counter[str] = Counter()
+        #: requests per (tenant, provider) and per (tenant, model): the report's top-level ``provider``/``model``
+        #: are those of the tenant it is for (a tenant never reads another's model name)
+        self.providers: Counter[tuple[str, str]] = Counter()
+        self.models: Counter[tuple[str, str]] = Counter()
         #: requests per (tenant, provider, model), for the report's ``models`` (a caller sees its own tenant's)
         self.model_uses: Counter[tuple[str, str, str]] = Counter()
 
@@ -82,8 +84,8 @@ class LiveReport:
         assert target is not None
         prepared = turn.prepared
         provider, model = target.name, prepared.planned.model
-        self._count(self.providers, provider)
-        self._count(self.models, model)
+        self._count(self.providers, (tenant, provider))
+        self._count(self.models, (tenant, model))
         if target.kind != TargetKind.ENGINE:  # an engine has no price table
             self._count(self.model_uses, (tenant, str(target.kind), model or ""))
         sess = turn.session
@@ -114,7 +116,7 @@ class LiveReport:
     def estimated_bytes(self) -> int:
         """Estimated bytes the report holds (the constants above; names counted by their length)."""
         led = self.ledger
-        names = sum(len(n) + 100 for c in (self.providers, self.models) for n in c)
+        names = sum(len(n) + len(t) + 150 for c in (self.providers, self.models) for t, n in c)
         names += sum(len(m) + 150 for _, _, m in self.model_uses)
         return (
             len(led.sessions) * SESSION_REPORT_BYTES
@@ -126,7 +128,7 @@ class LiveReport:
 
     def report(self, tenant: str | None = None) -> AuditReport:
         """The report (only ``tenant``'s sessions, breaks and misses when given; totals are then theirs)."""
-        report = self.ledger.report(_single(self.providers), _single(self.models), tenant)
+        report = self.ledger.report(_single(self.providers, tenant), _single(self.models, tenant), tenant)
         uses: Counter[tuple[str, str]] = Counter()
         for (who, provider, model), n in self.model_uses.items():
             if tenant is None or who == tenant:
@@ -156,8 +158,9 @@ class LiveReport:
         return self.report(tenant).to_dict()
 
 
-def _single(counts: Counter[str]) -> str:
-    """The only value seen, ``mixed`` for several, ``none`` for none."""
-    if not counts:
+def _single(counts: Counter[tuple[str, str]], tenant: str | None) -> str:
+    """The only name ``tenant`` (None: any tenant) was counted with, ``mixed`` for several, ``none`` for none."""
+    names = {name for who, name in counts if tenant is None or who == tenant}
+    if not names:
         return "none"
-    return next(iter(counts)) if len(counts) == 1 else "mixed"
+    return next(iter(names)) if len(names) == 1 else "mixed"
