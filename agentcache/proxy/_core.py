@@ -113,6 +113,8 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
             log.info("proxy.unreadable_request", api=api, error=str(exc))
         except Exception as exc:
             state.fail_open("prepare", exc)
+        if turn is not None and content is raw and turn.body is not body:
+            turn = _original(state, turn, body)  # the prepared body could not be written: the turn is what goes out
     headers = request_headers(request.headers.raw, pipeline=True)
     if turn is not None and turn.prepared.headers:  # planned headers (provider diagnostics' beta header)
         headers = with_raw_headers(headers, turn.prepared.headers)
@@ -199,6 +201,16 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         on_error=state.response_failed,
         on_first_byte=ticket.first_byte if ticket is not None and ok else None,
     )
+
+
+def _original(state: ProxyState, turn: Turn, body: dict[str, Any]) -> Turn | None:
+    """``turn`` as the client's own ``body``, sent unchanged; None (untracked) when even that fails."""
+    try:
+        turn.send_original(body)
+        return turn
+    except Exception as exc:
+        state.fail_open("prepare", exc)
+        return None
 
 
 def _claim(state: ProxyState, turn: Turn | None) -> Ticket | None:

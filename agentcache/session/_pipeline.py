@@ -267,6 +267,21 @@ class SessionPipeline:
                 blocks[i] = reshaped(api, blocks[i], marker)
         return rebuild(planned, blocks, (rep,))
 
+    def unchanged(self, prepared: Prepared, body: dict[str, Any]) -> Prepared:
+        """``prepared`` (of this pipeline, for the client's ``body``) as if ``body`` had been sent unchanged: for a
+        door that sends the original because writing the planned body failed (fail open), so that the state
+        committed is what went out. Nothing repaired or marked, no routing key or header of agentcache's."""
+        st = self.state
+        last, client = st.sent, prepared.client
+        before = last.request if last is not None else None
+        sent = Sent(client, body, client, {}, _cache_key(last, client))
+        state = replace(prepared.state, sent=sent, client_body=None, tools=st.tools.after(client, before),
+                        routing_key=st.routing_key)  # fmt: skip
+        return replace(
+            prepared, body=body, planned=client, repairs=(), markers=(), marker_reasons=(), ttl=None,
+            plan=TargetPlan(), state=state, headers=(), diagnosed=False,
+        )  # fmt: skip
+
     def responded(self, prepared: Prepared, response_id: str) -> None:
         """The response to ``prepared`` (committed) arrived with ``response_id``: the next request is compared with
         it (provider diagnostics). Ignored when another request was committed since."""
