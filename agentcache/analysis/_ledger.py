@@ -15,7 +15,8 @@ than it matched, for a cache-mechanics cause.
 
 Bounded where asked (the live report): the most recent ``max_sessions`` sessions and ``max_records`` breaks and
 misses, ``max_scopes`` simulated caches, and when these hold more than ``max_chain`` prefixes in all the biggest
-is restarted (a brief under-count of reuse, not a leak).
+is restarted (a brief under-count of reuse, not a leak); the cross-session static indexes keep the static heads of
+requests (never whole requests), ``max_static_bytes`` of them in all, oldest forgotten first.
 """
 
 from __future__ import annotations
@@ -47,18 +48,34 @@ COALESCED = "agentcache_coalesced"
 _CROSS_SESSION_CAUSES = frozenset({TOOLS_REORDERED, TOOLS_SERIALIZATION, SYSTEM_VOLATILE})
 
 
+#: Bytes of one static-index entry (a chain hash, its slot and tuple), and of one block of a static head beside its
+#: data (the Block, its slot in the head's tuples): measured with a ``sys.getsizeof`` walk, rounded up.
+STATIC_ENTRY_BYTES = 250
+STATIC_BLOCK_BYTES = 450
+
+
 @dataclass(slots=True)
 class _StaticIndex:
-    """Static-prefix chain hashes → (session, request) that sent them, for cross-session breaks (bounded)."""
+    """Static-prefix chain hashes → (session, the static head of the request that sent them, the entry's estimated
+    bytes), for cross-session breaks. Only the head (tools and system) is kept, never the whole request; at most
+    ``max_bytes`` (None: unbounded), oldest entries forgotten first."""
 
-    limit: int | None = None
-    refs: OrderedDict[bytes, tuple[str, CanonicalRequest]] = field(default_factory=OrderedDict)
+    max_bytes: int | None = None
+    refs: OrderedDict[bytes, tuple[str, CanonicalRequest, int]] = field(default_factory=OrderedDict)
+    bytes: int = 0
 
     def add(self, session: str, req: CanonicalRequest) -> None:
-        for h in req.chain[: static_end(req)]:
-            self.refs.setdefault(h, (session, req))
-        while self.limit is not None and len(self.refs) > self.limit:
-            self.refs.popitem(last=False)
+        end = static_end(req)
+        new = [h for h in req.chain[:end] if h not in self.refs]
+        if not new:
+            return
+        head = static_head(req, end)
+        share = sum(len(b.data) + len(b.env) + STATIC_BLOCK_BYTES for b in head.blocks) // len(new)
+        for h in new:
+            self.refs[h] = (session, head, STATIC_ENTRY_BYTES + share)
+            self.bytes += STATIC_ENTRY_BYTES + share
+        while self.max_bytes is not None and self.bytes > self.max_bytes and self.refs:
+            self.bytes -= self.refs.popitem(last=False)[1][2]
 
     def match(self, req: CanonicalRequest) -> tuple[str, CanonicalRequest] | None:
         best = None
@@ -69,7 +86,15 @@ class _StaticIndex:
             best = ref
         if best is None and req.chain:
             best = self.refs.get(req.chain[0])
-        return best
+        return (best[0], best[1]) if best is not None else None
+
+
+def static_head(req: CanonicalRequest, end: int) -> CanonicalRequest:
+    """``req``'s first ``end`` blocks (options, tools, system) as a request of its own, with no messages."""
+    return req.evolve(
+        blocks=req.blocks[:end], chain=req.chain[:end], cum_tokens=req.cum_tokens[:end], digests=req.digests[:end],
+        msg_start=(), marked=tuple(i for i in req.marked if i < end),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +149,7 @@ class Ledger:
         max_records: int | None = None,
         max_scopes: int = 16,
         max_chain: int = 400_000,
+        max_static_bytes: int = 16 * 1024 * 1024,
         concurrency: Concurrency | None = None,
     ) -> None:
         self.target, self.model = target, model
@@ -145,6 +171,7 @@ class Ledger:
             max_scopes,
             max_chain,
         )
+        self.max_static_bytes = max_static_bytes
         self.totals: dict[str, ArmMetrics] = {a: ArmMetrics() for a in self.arms}
         self.sessions: OrderedDict[str, SessionReport] = OrderedDict()
         self.breaks: deque[BreakRecord] = deque()
@@ -323,7 +350,7 @@ class Ledger:
             if isinstance(sim, OpenAISimulator):
                 sim.overflow = self.overflow
             sims[arm] = sim
-        limit = None if self.max_sessions is None else 4096
+        limit = None if self.max_sessions is None else self.max_static_bytes // self.max_scopes
         return _Scope(target, sims, _StaticIndex(limit), last, KeyArms(self.rpm_per_key))
 
     def _bound_sims(self) -> None:
@@ -340,6 +367,10 @@ class Ledger:
     def simulated_prefixes(self) -> int:
         """Prefixes the simulated caches remember (what their memory grows with; bounded by ``max_chain``)."""
         return sum(_size(s) for s in self._scopes.values())
+
+    def static_bytes(self) -> int:
+        """Estimated bytes of the cross-session static indexes (bounded by ``max_static_bytes`` in all)."""
+        return sum(s.static.bytes for s in self._scopes.values())
 
     def _push(self, records: deque[Any], record: Any) -> None:
         records.append(record)

@@ -192,7 +192,22 @@ def _exact(n: Number) -> Any:
 
 
 _VALUE_MEMO: OrderedDict[tuple[str, tuple[int, ...], bytes], bytes] = OrderedDict()
-_VALUE_MEMO_SIZE = 65_536
+_VALUE_MEMO_SIZE = [65_536]
+#: Bytes of one memo entry (its key tuple and 16-byte hashes, the ordered dict's slot and link): measured with a
+#: ``sys.getsizeof`` walk, rounded up.
+VALUE_MEMO_ENTRY_BYTES = 300
+
+
+def bound_value_memo(entries: int) -> None:
+    """Remember at most ``entries`` meanings from now on (a memory budget's share), least recently used dropped."""
+    _VALUE_MEMO_SIZE[0] = max(1, entries)
+    while len(_VALUE_MEMO) > _VALUE_MEMO_SIZE[0]:
+        _VALUE_MEMO.popitem(last=False)
+
+
+def value_memo_bytes() -> int:
+    """Estimated bytes of the meaning memo."""
+    return len(_VALUE_MEMO) * VALUE_MEMO_ENTRY_BYTES
 
 
 def value_digest(block: Block, api: str) -> bytes:
@@ -214,7 +229,7 @@ def value_digest(block: Block, api: str) -> bytes:
     except (RecursionError, InputError):  # too deep to read for meaning: equal only to the same bytes
         out = digest(b"bytes", block.digest)
     _VALUE_MEMO[key] = out
-    if len(_VALUE_MEMO) > _VALUE_MEMO_SIZE:
+    if len(_VALUE_MEMO) > _VALUE_MEMO_SIZE[0]:
         _VALUE_MEMO.popitem(last=False)
     return out
 

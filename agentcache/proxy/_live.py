@@ -12,11 +12,12 @@ The same per-arm :class:`~agentcache.analysis.Ledger` as ``agentcache audit``, p
   request path). The cloud simulators' minimum lengths do not apply to an engine, so this is the arm to read
   beside ``reported`` there.
 
-Bounded: the most recent ``max_sessions`` sessions and ``max_records`` breaks and misses, a few simulated caches
-holding at most ``max_chain`` prefixes in all (see the ledger; each simulator keeps at most
-:data:`~agentcache.simulate._base.MAX_MODEL_SCOPES` model scopes, further client-chosen models share one), and the
-provider/model names seen (the most common ``max_names``). :meth:`LiveReport.estimated_bytes` is what the
-proxy counts against its memory budget for it.
+Bounded by ``max_bytes`` of estimated memory, shared out among its parts (:data:`REPORT_SHARES`): the most recent
+sessions (at most ``max_sessions``) and breaks and misses (at most ``max_records``), a few simulated caches holding
+a number of prefixes in all (see the ledger; each simulator keeps at most
+:data:`~agentcache.simulate._base.MAX_MODEL_SCOPES` model scopes, least recently used dropped), the cross-session
+static heads, and the provider/model names seen (the most common ``max_names``, each bounded). Every part evicts its
+oldest; :meth:`LiveReport.estimated_bytes` is what the proxy's budget measures.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ SESSION_REPORT_BYTES = 900
 SIM_PREFIX_BYTES = 600
 #: Bytes per break or miss record with its strings (paths, causes, session key): an upper estimate.
 RECORD_BYTES = 1500
+#: How the report's ``max_bytes`` is shared out: the simulated caches' prefixes, the per-session arms, the break and
+#: miss records, the cross-session static heads; the rest (names, the engine arm) is small.
+REPORT_SHARES = {"prefixes": 0.5, "sessions": 0.2, "records": 0.1, "static": 0.15}
 
 
 class LiveReport:
@@ -57,16 +61,18 @@ class LiveReport:
         max_sessions: int = 10_000,
         max_records: int = 2_000,
         max_names: int = 64,
-        max_chain: int = 400_000,
+        max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.metrics = metrics
+        self.max_bytes = max_bytes
         self.ledger = Ledger(
             None,
             reported=True,
             simulate=simulate,
-            max_sessions=max_sessions,
-            max_records=max_records,
-            max_chain=max_chain,
+            max_sessions=max(1, min(max_sessions, int(max_bytes * REPORT_SHARES["sessions"]) // SESSION_REPORT_BYTES)),
+            max_records=max(1, min(max_records, int(max_bytes * REPORT_SHARES["records"]) // RECORD_BYTES)),
+            max_chain=max(1, int(max_bytes * REPORT_SHARES["prefixes"]) // SIM_PREFIX_BYTES),
+            max_static_bytes=int(max_bytes * REPORT_SHARES["static"]),
         )
         self.max_names = max_names
         #: the ``engine`` arm, set by the proxy in front of a llama.cpp engine
@@ -121,7 +127,8 @@ class LiveReport:
         return (
             len(led.sessions) * SESSION_REPORT_BYTES
             + led.simulated_prefixes() * SIM_PREFIX_BYTES
-            + (len(led.breaks) + len(led.misses)) * RECORD_BYTES
+            + (len(led.breaks) + len(led.misses) + len(led.errors)) * RECORD_BYTES
+            + led.static_bytes()
             + names
             + (self.engine.estimated_bytes() if self.engine is not None else 0)
         )
