@@ -218,6 +218,7 @@ def value_digest(block: Block, api: str) -> bytes:
     key = (api, rules, block.digest)
     hit = _VALUE_MEMO.get(key)
     if hit is not None:
+        _VALUE_MEMO.move_to_end(key)
         return hit
     try:
         env = parse(block.env) if block.env else None
