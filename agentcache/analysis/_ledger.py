@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..model._canonical import CanonicalRequest, common_prefix, static_end
+from ..model._canonical import common_prefix, static_end
 from ..model._causes import SYSTEM_VOLATILE, TOOLS_REORDERED, TOOLS_SERIALIZATION
 from ..model._types import TargetKind
 from ..model._usage import CacheUsage, served_by
@@ -38,6 +38,7 @@ from ..targets import Target, cost_usd
 from ._diagnose import _classify, diagnose
 from ._key_arms import KeyArms
 from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, SimErrorRecord, TurnRecord
+from ._static import StaticIndex
 
 __all__ = ["COALESCED", "Ledger", "Recorded"]
 
@@ -46,55 +47,6 @@ COALESCED = "agentcache_coalesced"
 
 #: Cross-session differences worth reporting: the sessions would share the prefix without them.
 _CROSS_SESSION_CAUSES = frozenset({TOOLS_REORDERED, TOOLS_SERIALIZATION, SYSTEM_VOLATILE})
-
-
-#: Bytes of one static-index entry (a chain hash, its slot and tuple), and of one block of a static head beside its
-#: data (the Block, its slot in the head's tuples): measured with a ``sys.getsizeof`` walk, rounded up.
-STATIC_ENTRY_BYTES = 250
-STATIC_BLOCK_BYTES = 450
-
-
-@dataclass(slots=True)
-class _StaticIndex:
-    """Static-prefix chain hashes → (session, the static head of the request that sent them, the entry's estimated
-    bytes), for cross-session breaks. Only the head (tools and system) is kept, never the whole request; at most
-    ``max_bytes`` (None: unbounded), oldest entries forgotten first."""
-
-    max_bytes: int | None = None
-    refs: OrderedDict[bytes, tuple[str, CanonicalRequest, int]] = field(default_factory=OrderedDict)
-    bytes: int = 0
-
-    def add(self, session: str, req: CanonicalRequest) -> None:
-        end = static_end(req)
-        new = [h for h in req.chain[:end] if h not in self.refs]
-        if not new:
-            return
-        head = static_head(req, end)
-        share = sum(len(b.data) + len(b.env) + STATIC_BLOCK_BYTES for b in head.blocks) // len(new)
-        for h in new:
-            self.refs[h] = (session, head, STATIC_ENTRY_BYTES + share)
-            self.bytes += STATIC_ENTRY_BYTES + share
-        while self.max_bytes is not None and self.bytes > self.max_bytes and self.refs:
-            self.bytes -= self.refs.popitem(last=False)[1][2]
-
-    def match(self, req: CanonicalRequest) -> tuple[str, CanonicalRequest] | None:
-        best = None
-        for h in req.chain[: static_end(req)]:
-            ref = self.refs.get(h)
-            if ref is None:
-                break
-            best = ref
-        if best is None and req.chain:
-            best = self.refs.get(req.chain[0])
-        return (best[0], best[1]) if best is not None else None
-
-
-def static_head(req: CanonicalRequest, end: int) -> CanonicalRequest:
-    """``req``'s first ``end`` blocks (options, tools, system) as a request of its own, with no messages."""
-    return req.evolve(
-        blocks=req.blocks[:end], chain=req.chain[:end], cum_tokens=req.cum_tokens[:end], digests=req.digests[:end],
-        msg_start=(), marked=tuple(i for i in req.marked if i < end),
-    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +66,7 @@ class _Scope:
 
     target: Target
     sims: dict[str, Simulator]
-    static: _StaticIndex
+    static: StaticIndex
     last: float = 0.0
     keys: KeyArms = field(default_factory=KeyArms)
 
@@ -291,7 +243,7 @@ class Ledger:
     # ---- parts -------------------------------------------------------------------------------
 
     def _break(
-        self, session: str, request: int, prepared: Any, static: _StaticIndex, agentcache: SimResult | None
+        self, session: str, request: int, prepared: Any, static: StaticIndex, agentcache: SimResult | None
     ) -> BreakRecord | None:
         d = prepared.divergence
         if d is not None:
@@ -351,7 +303,7 @@ class Ledger:
                 sim.overflow = self.overflow
             sims[arm] = sim
         limit = None if self.max_sessions is None else self.max_static_bytes // self.max_scopes
-        return _Scope(target, sims, _StaticIndex(limit), last, KeyArms(self.rpm_per_key))
+        return _Scope(target, sims, StaticIndex(limit), last, KeyArms(self.rpm_per_key))
 
     def _bound_sims(self) -> None:
         if self.max_sessions is None:
