@@ -13,8 +13,8 @@
   the caller's credentials.
 * **A body read deadline.** Waiting for the next chunk of a request body takes at most ``body_timeout`` seconds
   (:class:`BodyTimeout` is raised in the route, which answers 408): a trickling client cannot hold a request, and
-  the connection under it, for ever. Once the body is complete, ``receive`` waits for a disconnect as long as it
-  takes (the response may stream for minutes).
+  the connection under it, for ever. Once the body is complete, or the response started, ``receive`` waits as long
+  as it takes (for a disconnect while the response streams for minutes).
 """
 
 from __future__ import annotations
@@ -91,17 +91,25 @@ class Boundary:
         path = clean_path(raw)
         if path != raw:
             scope = {**scope, "raw_path": path, "path": unquote(path.decode("latin-1"))}  # as uvicorn decodes it
-        await self.app(scope, self._deadline(receive), send)
-
-    def _deadline(self, receive: Receive) -> Receive:
         if self.body_timeout is None:
-            return receive
-        timeout = self.body_timeout
-        done = False
+            await self.app(scope, receive, send)
+            return
+        state = {"waiting": True}  # the body is not complete and no response has started yet
+
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["waiting"] = False
+            await send(message)
+
+        await self.app(scope, self._deadline(receive, state, self.body_timeout), sent)
+
+    @staticmethod
+    def _deadline(receive: Receive, state: dict[str, bool], timeout: float) -> Receive:
+        """``receive`` bounded by ``timeout`` seconds while ``state["waiting"]``: until the body is complete or the
+        response started (a relayed response may start before the client finished its body; it waits then)."""
 
         async def bounded() -> Message:
-            nonlocal done
-            if done:
+            if not state["waiting"]:
                 return await receive()
             try:
                 with anyio.fail_after(timeout):
@@ -109,7 +117,7 @@ class Boundary:
             except TimeoutError:
                 raise BodyTimeout(f"no request body bytes for {timeout:g} s") from None
             if message["type"] != "http.request" or not message.get("more_body", False):
-                done = True
+                state["waiting"] = False
             return message  # type: ignore[no-any-return]
 
         return bounded
