@@ -59,14 +59,19 @@ def lines(path: Path, limit: int | None = None) -> Iterator[tuple[int, bytes | N
         regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
         i, size = 0, 0
         parts: list[bytes] = []
-        while chunk := f.readline(_CHUNK):
+        readline, piece = f.readline, min(_CHUNK, limit)
+        while chunk := readline(piece):
+            done = chunk[-1:] == b"\n"
+            if done and not parts:  # the usual line: one piece (at most ``limit``)
+                yield i, chunk
+                i += 1
+                continue
             size += len(chunk)
-            done = chunk.endswith(b"\n")
             if size > limit:  # too long: read past it (a regular file) without holding it
                 yield i, None
                 if not regular:
                     return
-                while not done and (chunk := f.readline(_CHUNK)):
+                while not done and (chunk := readline(piece)):
                     done = chunk.endswith(b"\n")
                 i, parts, size = i + 1, [], 0
                 continue
