@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._log import get_logger
-from ..model._bounded import MAX_NAME_BYTES, bounded
+from ..model._bounded import bounded
 from ..model._fields import LifecycleEvent, TurnReport
 from ..model._rawjson import RawBody
 from ..model._types import Api
@@ -101,9 +101,8 @@ class Sessions(Manager):
         """Whose request this is, by the precedence of the module docstring (no store call). Every id a client
         chose is kept :func:`~agentcache.model._bounded.bounded`."""
         who = self._who(identity, api, body, raw)
-        if who.parent is not None and len(who.parent) * 4 > MAX_NAME_BYTES:
-            return replace(who, parent=bounded(who.parent))
-        return who
+        parent = bounded(who.parent) if who.parent is not None else None
+        return who if parent is who.parent else replace(who, parent=parent)
 
     def _who(self, identity: Identity, api: Api, body: dict[str, Any], raw: RawBody | None) -> _Who:
         if identity.session:
