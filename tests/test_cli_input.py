@@ -128,7 +128,7 @@ def test_a_device_or_a_huge_file_is_judged_before_it_is_read(tmp_path: Path) -> 
         f.truncate(1 << 30)
     result = invoke("audit", huge, "/dev/zero", "--json")
     assert result.exit_code == 2
-    lines = error_lines(result)
+    lines = [ln for ln in error_lines(result) if ln.startswith("agentcache: error: ")]
     assert f"agentcache: error: {huge}: larger than 256 MiB: too large to read as one JSON document" in lines[0]
     assert lines[1] == "agentcache: error: /dev/zero: unknown format: zero is neither JSON nor JSONL"
 
