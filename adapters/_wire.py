@@ -10,6 +10,7 @@ from typing import Any
 
 from agentcache._exceptions import InputError
 from agentcache.model._canonical import Block, Marker, digest, dumps
+from agentcache.model._equivalence import text_part
 from agentcache.model._plan import KEEP, MarkerSpec, WirePlan
 from agentcache.model._tokens import default_counter
 
@@ -169,13 +170,14 @@ def write_markers(
     markers: tuple[tuple[str, MarkerSpec], ...],
     key: str,
     value: Callable[[str], Any],
-    text_type: str = "text",
+    api: str,
 ) -> dict[str, Any]:
     """A copy of ``body`` where, among ``units`` (``(path, unit)`` for every unit of ``body`` that carries a
     marker or may be given one), exactly the ``(path, marker)`` pairs of ``markers`` carry ``key``: a
     :class:`~agentcache.model.Marker` with a ``raw`` wire value (the client's own) as it was sent, else
-    ``value(ttl)``. A string unit that gets a marker becomes a one-element list of
-    ``{"type": text_type, "text": ...}``. Raises InputError for a marker path not among ``units``."""
+    ``value(ttl)``. A string unit that gets a marker becomes a one-element list of the one text part wire ``api``
+    defines as that string there (:func:`~agentcache.model._equivalence.text_part`). Raises InputError for a marker
+    path not among ``units``, or for a string where the API defines no such part."""
     want = dict(markers)
     out = body
     for path, unit in units:
@@ -184,7 +186,7 @@ def write_markers(
         if spec is None and not has:
             continue
         if isinstance(unit, str):
-            unit = {"type": text_type, "text": unit}
+            unit = {"type": _part(api, path, _role_at(body, path)), "text": unit}
             new: Any = [unit]
         if isinstance(unit, dict):
             unit = {k: v for k, v in unit.items() if k != key}
@@ -197,18 +199,34 @@ def write_markers(
     return out
 
 
-def as_text_block(block: Block, text_type: str, marker: Marker | None) -> Block:
-    """The canonical block of a string unit once :func:`write_markers` turned it into a one-element list of
-    ``{"type": text_type, "text": ...}`` carrying ``marker``: what reading the sent body again would give, without
+def as_text_block(block: Block, api: str, marker: Marker | None) -> Block:
+    """The canonical block of a string unit once :func:`write_markers` turned it into a one-element list of the
+    text part ``api`` defines there, carrying ``marker``: what reading the sent body again would give, without
     reading it (the block's path gets ``[0]``; tokens counted on the same text, memoised by the new digest)."""
     text = json.loads(block.data)
-    data = dumps({"type": text_type, "text": text})
+    env = json.loads(block.env) if block.env else None
+    data = dumps({"type": _part(api, block.path, env.get("role") if isinstance(env, dict) else None), "text": text})
     d = digest(block.env, data)
     tokens = default_counter().count(d, text)
     return Block(
         f"{block.path}[0]", block.section, "text", data, block.env, d, tokens, block.message, block.name, marker,
         text == "",
     )  # fmt: skip
+
+
+def _role_at(body: dict[str, Any], path: str) -> Any:
+    """The ``role`` of the conversation item a content ``path`` (``input[3].content``) belongs to, else None."""
+    keys = parse_path(path)
+    items = body.get(str(keys[0])) if len(keys) > 2 else None
+    item = items[keys[1]] if isinstance(items, list) and isinstance(keys[1], int) and keys[1] < len(items) else None
+    return item.get("role") if isinstance(item, dict) else None
+
+
+def _part(api: str, path: str, role: Any) -> str:
+    part = text_part(api, path, role if isinstance(role, str) else None)
+    if part is None:
+        raise InputError(f"{api} defines no text part for a string at {path}")
+    return part
 
 
 def _marker_value(spec: MarkerSpec, value: Callable[[str], Any]) -> Any:

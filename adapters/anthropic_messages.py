@@ -107,7 +107,7 @@ def set_markers(
     units += content_units(
         body.get("messages"), "messages", key, wanted_items(markers, "messages"), strings=False, marked=marked
     )
-    return write_markers(body, units, markers, key, _cache_control)
+    return write_markers(body, units, markers, key, _cache_control, API)
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
@@ -122,4 +122,4 @@ def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
 def reshaped(block: Block, marker: Marker | None) -> Block:
     """The canonical block of string unit ``block`` after a marker turned it into a text block (see
     :func:`~agentcache.adapters._wire.as_text_block`)."""
-    return as_text_block(block, "text", marker)
+    return as_text_block(block, API, marker)

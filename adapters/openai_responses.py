@@ -88,7 +88,7 @@ def set_markers(
     key = "prompt_cache_breakpoint"
     wanted = wanted_items(markers, "input")
     units = content_units(body.get("input"), "input", key, wanted, strings=True, roles_only=True, marked=marked)
-    return write_markers(body, units, markers, "prompt_cache_breakpoint", breakpoint_value, "input_text")
+    return write_markers(body, units, markers, "prompt_cache_breakpoint", breakpoint_value, API)
 
 
 def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
@@ -106,4 +106,4 @@ def apply(body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
 def reshaped(block: Block, marker: Marker | None) -> Block:
     """The canonical block of string unit ``block`` after a marker turned it into a text block (see
     :func:`~agentcache.adapters._wire.as_text_block`)."""
-    return as_text_block(block, "input_text", marker)
+    return as_text_block(block, API, marker)

@@ -8,9 +8,11 @@ from pathlib import Path
 
 from ._cli_errors import Errors, switch_word
 from ._cli_progress import progress_bar
+from ._exceptions import InputError
 from ._log import get_logger
 from .loaders import Record
 from .loaders._paths import Inputs, expand, load_paths
+from .loaders._taubench import load_tools
 
 __all__ = ["EXACT_AUTO_BYTES", "load_all", "load_inputs"]
 
@@ -34,7 +36,10 @@ def load_inputs(
 ) -> Inputs:
     """Everything ``paths`` hold (see :func:`~agentcache.loaders.load_paths`); problems go to ``errors``.
     ``bodies``: rebuild the exact request bodies agents' logs hold (Claude Code 2.1.332); None decides by size: up
-    to :data:`EXACT_AUTO_BYTES` of input, else the calls alone, with a note saying so."""
+    to :data:`EXACT_AUTO_BYTES` of input, else the calls alone, with a note saying so. ``tools``
+    (``--tools``, the tool schemas of tau-bench results) is checked first, whatever the inputs: a file that cannot
+    serve is an error line (its own, once), and one no input reads a warning."""
+    tools_ok = tools is None or _tools_ok(tools, errors)
     named: list[Path] = []
     for path in paths:
         if (message := switch_word(path)) is not None:
@@ -73,6 +78,8 @@ def load_inputs(
         if read.path in explicit and total == 0:
             errors.add(f"{read.path}: no records to audit")
         log.info("load.done", path=str(read.path), format=read.format, records=total, errors=len(read.errors))
+    if tools is not None and tools_ok and not any(read.format == "taubench" for read in inputs.files):
+        errors.warn(f"--tools {tools}: only tau-bench results read tool schemas; no input was one")
     return inputs
 
 
@@ -81,6 +88,16 @@ def _size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def _tools_ok(tools: str, errors: Errors) -> bool:
+    """Whether ``--tools`` names a readable JSON list of tool objects; if not, one error line says why."""
+    try:
+        load_tools(Path(tools), tools)
+    except InputError as exc:
+        errors.add(f"--tools: {exc}")
+        return False
+    return True
 
 
 def load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: Errors) -> list[Record]:

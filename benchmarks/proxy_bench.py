@@ -202,6 +202,7 @@ class Conn:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.last_body = b""
+        self.answered = False  # the last request's status line arrived
 
     async def open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -216,9 +217,11 @@ class Conn:
             f"x-api-key: {key}\r\nanthropic-version: 2023-06-01\r\ncontent-length: {len(body)}\r\n\r\n"
         ).encode()
         t0 = time.perf_counter()
+        self.answered = False
         self.writer.write(head + body)
         await self.writer.drain()
         raw = await self.reader.readuntil(b"\r\n\r\n")
+        self.answered = True
         status = int(raw.split(b" ", 2)[1])
         headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(b":") for ln in raw.split(b"\r\n")[1:])}
         first = None

@@ -1,8 +1,9 @@
-"""Load with faults: 200 concurrent streaming agent sessions through ``agentcache proxy`` for 60 s, with a fault
-injected on 5% of upstream calls. Every client request must either succeed or get the upstream's failure, as
-the same kind of failure; none may hang and none may be lost.
+"""Load with faults (the soak): 200 concurrent streaming agent sessions through ``agentcache proxy`` for 60 s, with
+a fault injected on 5% of upstream calls. Every client request must either succeed or get the upstream's failure,
+as the same kind of failure; none may hang and none may be lost.
 
-Run: ``python benchmarks/proxy_load.py [--streams 200] [--seconds 60] [--fault-rate 0.05] [--json OUT]``.
+Run: ``python benchmarks/proxy_load.py [--streams 200] [--idle-streams 20] [--seconds 60] [--fault-rate 0.05]
+[--seed 7] [--json OUT]``. CI runs a small size of it (``tests/test_soak.py``).
 
 The fake upstream (its own process) draws a fault for each call with probability ``--fault-rate``, evenly among:
 
@@ -16,6 +17,14 @@ It counts calls (POSTs: the proxy's start-up engine probe, two GETs, gets a 404 
 request) classifies every outcome; the run passes when the client saw exactly as many failures of each kind as
 the upstream injected, every other request completed (``message_stop`` received), no request timed out on the
 client side, and the upstream saw exactly as many calls as the clients sent.
+
+``--idle-streams`` more clients pause 5-6 s between their requests on a keep-alive connection, as a client whose pool
+keeps idle connections 5 s (httpx, under the Anthropic and OpenAI SDKs) sends right at its expiry: none of their
+requests may meet a connection the server closed (``dropped``). The proxy logs with ``--log-format json``: every line
+it writes must be one JSON object (no traceback, cut streams included), and its ``/metrics`` must count every request
+once (``agentcache_proxy_requests_total`` adds up to the requests sent, the upstream's 500s under ``500``, nothing
+else there) with no failure of its own (no ``agentcache_proxy_fail_open_total``). The upstream's faults and the idle
+pauses are drawn from ``--seed``: the same run every time.
 """
 
 from __future__ import annotations
@@ -23,16 +32,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proxy_bench import _CHUNKS, _HEAD, Conn, Conversations, _free_port, _start
+from proxy_bench import _CHUNKS, _HEAD, Conn, Conversations, _free_port, _start, _wait
 
 KINDS = ("status", "reset", "stall", "cut")
 _ERROR = json.dumps({"type": "error", "error": {"type": "api_error", "message": "injected"}}).encode()
@@ -118,8 +130,12 @@ async def _one(conn: Conn, body: bytes, key: str) -> tuple[str, float]:
     return outcome, time.perf_counter() - t0
 
 
-async def drive(port: int, streams: int, seconds: float) -> tuple[Counter[str], list[float]]:
-    """``streams`` concurrent conversations for ``seconds``; outcome counts and latencies."""
+async def drive(
+    port: int, streams: int, seconds: float, idle: int = 0, seed: int = 7
+) -> tuple[Counter[str], list[float]]:
+    """``streams`` concurrent conversations for ``seconds``, and ``idle`` more that pause 5-6 s between requests on
+    their keep-alive connection; outcome counts (``dropped``: a request on a reused idle connection that got no
+    answer at all) and latencies."""
     convs = Conversations(target=12_000)
     outcomes: Counter[str] = Counter()
     latencies: list[float] = []
@@ -128,14 +144,49 @@ async def drive(port: int, streams: int, seconds: float) -> tuple[Counter[str], 
     async def worker(w: int) -> None:
         conn = Conn(port)
         bodies: list[bytes] = []
+        pauses = random.Random(seed * 1000 + w)
         while time.monotonic() < deadline:
             bodies = bodies or convs.session(w)
+            reused = conn.writer is not None
             outcome, dt = await _one(conn, bodies.pop(0), f"sk-load-{w % 8}")
+            if w >= streams and reused and outcome == "cut" and not conn.answered:
+                outcome = "dropped"  # the connection was closed under a request sent on it: the keep-alive race
             outcomes[outcome] += 1
             latencies.append(dt)
+            if w >= streams:
+                await asyncio.sleep(pauses.uniform(5.0, 6.0))
 
-    await asyncio.gather(*(worker(w) for w in range(streams)))
+    await asyncio.gather(*(worker(w) for w in range(streams + idle)))
     return outcomes, latencies
+
+
+async def _metrics(port: int) -> dict[str, float]:
+    """The proxy's ``/metrics``: sample (name with labels) → value."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+    text = (await reader.read()).decode().partition("\r\n\r\n")[2]
+    writer.close()
+    return {k: float(v) for k, _, v in (ln.rpartition(" ") for ln in text.splitlines() if ln and ln[0] != "#")}
+
+
+def _log_lines(path: Path) -> tuple[int, list[str]]:
+    """``(lines, the ones that are no JSON object)`` of the proxy's ``--log-format json`` stderr."""
+    bad: list[str] = []
+    lines = path.read_text(errors="replace").splitlines()
+    for line in lines:
+        try:
+            ok = isinstance(json.loads(line), dict)
+        except ValueError:
+            ok = False
+        if not ok:
+            bad.append(line)
+    return len(lines), bad
+
+
+def _counted(metrics: dict[str, float], name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(v for k, v in metrics.items() if k.startswith(name + "{") and all(w in k for w in want))
 
 
 async def _stats(port: int) -> dict[str, int]:
@@ -154,26 +205,36 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--fault-rate", type=float, default=0.05)
+    parser.add_argument("--idle-streams", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.serve_upstream:
-        serve_faulty(args.serve_upstream, args.fault_rate)
+        serve_faulty(args.serve_upstream, args.fault_rate, args.seed)
         return
     up, px = _free_port(), _free_port()
     argv = [sys.executable, __file__, "--serve-upstream", str(up), "--fault-rate", str(args.fault_rate)]
-    procs = [_start(argv, up)]
-    try:
-        env = {"AGENTCACHE_PROXY_READ_TIMEOUT": "2"}
-        cmd = [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up}", "--port", str(px)]
-        procs.append(_start(cmd, px, env))
-        outcomes, lat = asyncio.run(drive(px, args.streams, args.seconds))
-        upstream = asyncio.run(_stats(up))
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=20)
+    procs = [_start([*argv, "--seed", str(args.seed)], up)]
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "proxy.log"
+        try:
+            env = {**os.environ, "AGENTCACHE_PROXY_READ_TIMEOUT": "2"}
+            cmd = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--upstream",
+                   f"http://127.0.0.1:{up}", "--port", str(px)]  # fmt: skip
+            with log.open("wb") as err:
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env))
+            _wait(px)
+            outcomes, lat = asyncio.run(drive(px, args.streams, args.seconds, args.idle_streams, args.seed))
+            upstream = asyncio.run(_stats(up))
+            metrics = asyncio.run(_metrics(px))
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                p.wait(timeout=20)
+        lines, bad = _log_lines(log)
     sent = sum(outcomes.values())
+    counted = _counted(metrics, "agentcache_proxy_requests_total", route="/v1/messages")
     checks = {
         "no request hung": outcomes["hang"] == 0,
         "no broken stream looked complete": outcomes["truncated"] == 0,
@@ -181,6 +242,14 @@ def main() -> None:
         "none lost (upstream calls == client requests)": upstream.get("calls", 0) == sent,
         **{f"{k}: client saw what upstream injected": outcomes[k] == upstream.get(k, 0) for k in KINDS},
         "every other request completed": outcomes["ok"] == upstream.get("ok", 0),
+        "no request on an idle keep-alive connection dropped": outcomes["dropped"] == 0,
+        f"every log line one JSON object ({lines:,} lines)": not bad,
+        "every request counted once (requests_total == requests sent)": counted == sent,
+        "the upstream's 500s counted as 500, nothing else": _counted(
+            metrics, "agentcache_proxy_requests_total", status="500"
+        )
+        == upstream.get("status", 0),
+        "no failure of agentcache's own (fail_open_total)": _counted(metrics, "agentcache_proxy_fail_open_total") == 0,
     }
     lat.sort()
     result = {
@@ -188,10 +257,14 @@ def main() -> None:
         "seconds": args.seconds,
         "client": dict(outcomes),
         "upstream": upstream,
+        "log": {"lines": lines, "not_json": bad[:20]},
         "latency_ms": {"p50": lat[len(lat) // 2] * 1000, "max": lat[-1] * 1000} if lat else {},
         "checks": checks,
     }
-    print(f"{args.streams} streams × {args.seconds:.0f} s, fault rate {args.fault_rate:.0%}: {sent:,} requests")
+    print(
+        f"{args.streams} streams (+{args.idle_streams} idling 5-6 s between requests) × {args.seconds:.0f} s, fault "
+        f"rate {args.fault_rate:.0%}, seed {args.seed}: {sent:,} requests"
+    )
     failed = sum(outcomes[k] for k in KINDS)
     own_5xx = sum(v for k, v in outcomes.items() if k.startswith("http_5"))
     print(
@@ -199,7 +272,7 @@ def main() -> None:
         f"hung {outcomes['hang']}, corrupted {outcomes['truncated']}"
     )
     print("| outcome | client saw | upstream injected |\n|---|---|---|")
-    for k in ("ok", *KINDS, "hang", "truncated"):
+    for k in ("ok", *KINDS, "hang", "truncated", "dropped"):
         print(f"| {k} | {outcomes[k]:,} | {upstream.get(k, 0) if k in ('ok', *KINDS) else '—'} |")
     print(f"latency p50 {result['latency_ms'].get('p50', 0):.1f} ms, max {result['latency_ms'].get('max', 0):.1f} ms")
     for name, ok in checks.items():

@@ -91,6 +91,14 @@ class KeyPlanner:
         """Estimated bytes the remembered families hold (:data:`FAMILY_BYTES` each)."""
         return len(self._times) * FAMILY_BYTES
 
+    def forget_oldest(self) -> bool:
+        """Forget the least recently used family (a memory bound's eviction); False when none is left."""
+        if not self._times:
+            return False
+        old, _ = self._times.popitem(last=False)
+        self._shards.pop(old, None)
+        return True
+
     def shards(self, family: str) -> int:
         """Current shard count of ``family``."""
         return self._shards.get(family, 1)

@@ -7,7 +7,8 @@ import json
 
 from agentcache import diagnose
 from agentcache.adapters import canonicalize
-from agentcache.model._canonical import common_prefix, value_digest
+from agentcache.model._canonical import common_prefix
+from agentcache.model._equivalence import value_digest
 from agentcache.model._tokens import TokenCounter, default_counter
 from agentcache.model._volatile import volatile_diff
 
@@ -63,7 +64,7 @@ def test_value_digest_ignores_key_order_and_argument_spacing() -> None:
     b2 = {"model": "gpt-4o", "messages": [*m, {"role": "assistant", "content": None, "tool_calls": [t2]}]}
     c1, c2 = canonicalize("openai.chat", b1), canonicalize("openai.chat", b2)
     assert c1.blocks[-1].digest != c2.blocks[-1].digest
-    assert value_digest(c1.blocks[-1]) == value_digest(c2.blocks[-1])
+    assert value_digest(c1.blocks[-1], c1.api) == value_digest(c2.blocks[-1], c2.api)
 
 
 def test_responses_api_blocks() -> None:
@@ -211,7 +212,7 @@ def test_marker_named_keys_in_content_are_meaning() -> None:
 
     a = _block("anthropic.messages", tool({"q": {"type": "string"}}), "tools[0]")
     b = _block("anthropic.messages", tool({"q": {"type": "string"}, "cache_control": {"type": "string"}}), "tools[0]")
-    assert value_digest(a) != value_digest(b)  # type: ignore[arg-type]
+    assert value_digest(a, "anthropic.messages") != value_digest(b, "anthropic.messages")  # type: ignore[arg-type]
 
 
 def test_numbers_by_exact_value() -> None:
@@ -223,7 +224,7 @@ def test_numbers_by_exact_value() -> None:
         return _block("anthropic.messages", body, "messages[0].content[0]")
 
     def same(a: str, b: str) -> bool:
-        return value_digest(block(a)) == value_digest(block(b))  # type: ignore[arg-type]
+        return value_digest(block(a), "anthropic.messages") == value_digest(block(b), "anthropic.messages")  # type: ignore[arg-type]
 
     assert same("1E2", "100.0") and same("1e-7", "1e-07") and same("0.10", "0.1")
     assert not same("1e309", "1e400") and not same("1.5e-400", "0.0") and not same("-0", "0")
@@ -316,7 +317,7 @@ def test_value_digest_of_a_unit_too_deep_to_read_is_its_bytes() -> None:
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(300)
     try:
-        da, da2, db = (value_digest(x) for x in (a, a2, b))  # type: ignore[arg-type]
+        da, da2, db = (value_digest(x, "anthropic.messages") for x in (a, a2, b))  # type: ignore[arg-type]
     finally:
         sys.setrecursionlimit(old)
     assert da == da2 and da != db

@@ -114,3 +114,62 @@ def test_replay_exits_1_when_any_request_failed(
     assert len(engine.requests) == 3
     assert doc["errors"] == (0 if fail_on is None else 1) and doc["completed"] == 3 - doc["errors"]
     assert result.exit_code == code
+
+
+# ---- issue 24, item 8: input judged before it is read whole, each record bounded, --tools checked ----------------
+
+
+def test_a_device_or_a_huge_file_is_judged_before_it_is_read(tmp_path: Path) -> None:
+    huge = tmp_path / "results.json"
+    with huge.open("wb") as f:  # a 1 GiB JSON document (sparse: no disk, and never read)
+        f.write(b"[")
+        f.truncate(1 << 30)
+    result = invoke("audit", huge, "/dev/zero", "--json")
+    assert result.exit_code == 2
+    lines = [ln for ln in error_lines(result) if ln.startswith("agentcache: error: ")]
+    assert f"agentcache: error: {huge}: larger than 256 MiB: too large to read as one JSON document" in lines[0]
+    assert lines[1] == "agentcache: error: /dev/zero: unknown format: zero is neither JSON nor JSONL"
+
+
+def test_a_line_over_the_record_bound_costs_itself_and_not_its_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tracemalloc
+
+    from agentcache.loaders import _agentlog, load
+
+    monkeypatch.setattr(_agentlog, "MAX_LINE_BYTES", 1 << 20)
+    good = [_line("s", r["body"]) for r in CASE["requests"]]
+    path = tmp_path / "big.jsonl"
+    with path.open("w") as f:
+        f.write(good[0] + "\n")
+        f.write('{"session": "s", "api": "anthropic.messages", "body": "' + "x" * (48 << 20) + '"}\n')
+        f.write(good[1] + "\n")
+    tracemalloc.start()
+    try:
+        loaded = load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(loaded.records) == 2 and [e.record for e in loaded.errors] == [1]
+    assert loaded.errors[0].reason == "line longer than 1 MiB: not read"
+    assert peak < 16 << 20  # the 48 MiB line was never held (the format sniff reads at most 4 MiB of it)
+    result = invoke("audit", path, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["totals"]["as_sent"]["requests"] == 2
+
+
+def test_tools_that_cannot_serve_are_reported_whatever_the_input(tmp_path: Path) -> None:
+    log = tmp_path / "a.jsonl"
+    log.write_text(_line("s", CASE["requests"][0]["body"]) + "\n")
+    broken = tmp_path / "tools.json"
+    broken.write_text("{not json")
+    result = invoke("audit", log, "--tools", broken, "--json")
+    assert result.exit_code == 2
+    assert error_lines(result) == [f"agentcache: error: --tools: {broken}: invalid JSON: Expecting property name "
+                                   "enclosed in double quotes: line 1 column 2 (char 1)"]  # fmt: skip
+    broken.write_text('[{"type": "function", "function": {"name": "f"}}]')
+    result = invoke("audit", log, "--tools", broken, "--json")
+    assert result.exit_code == 0
+    assert error_lines(result) == [
+        f"agentcache: warning: --tools {broken}: only tau-bench results read tool schemas; no input was one"
+    ]

@@ -358,3 +358,65 @@ def test_the_live_report_names_each_tenants_models() -> None:
             }
 
     asyncio.run(scenario())
+
+
+def test_every_field_of_a_tenant_s_report_is_its_own() -> None:
+    """Issue 24, item 4: a tenant's report is, field by field, the report of a proxy that saw only its traffic; a
+    tenant with no traffic reads nothing of the others' (not the model name of another's fine-tune)."""
+    secret = "acme-secret-finetune-7"
+    sid, sid2 = {"x-agentcache-session": "a1"}, {"x-agentcache-session": "a2"}
+
+    async def mine(client: httpx.AsyncClient) -> None:
+        for n in (1, 3):
+            await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers={**A, **sid})
+        await client.post("/v1/chat/completions", json=chat_body(conversation(1, run=2)), headers={**A, **sid2})
+
+    async def scenario() -> None:
+        async with proxy() as (client, _, _):
+            await mine(client)
+            alone = (await client.get("/agentcache/v1/report", headers=A)).json()
+        async with proxy(admin_token="s3cret") as (client, state, _):
+            await client.post(
+                "/v1/messages", json={**anthropic_body(conversation(2, run=1)), "model": secret}, headers=B
+            )
+            await mine(client)
+            await client.post("/v1/chat/completions", json=chat_body(conversation(2), model=secret), headers=B)
+            mixed = (await client.get("/agentcache/v1/report", headers=A)).json()
+            assert mixed == alone
+            assert mixed["provider"] == "mixed" and mixed["model"] == "mixed"  # its own two: anthropic and openai
+            empty = await client.get("/agentcache/v1/report", headers={"x-api-key": "sk-ant-nobody"})
+            doc = empty.json()
+            assert secret not in empty.text and doc["provider"] == doc["model"] == "none"
+            assert doc["sessions"] == doc["breaks"] == doc["misses"] == doc["models"] == []
+            assert all(arm["requests"] == 0 for arm in doc["totals"].values())
+            theirs = tenant_of(B, state.config.tenant_salt)
+            b = (await client.get("/agentcache/v1/report", headers=ADMIN, params={"tenant": theirs})).json()
+            assert b["model"] == secret and b["provider"] == "mixed"
+            assert secret not in (await client.get("/agentcache/v1/report", headers=A)).text
+
+    run(scenario())
+
+
+def test_a_turn_whose_planned_body_cannot_be_written_commits_the_original() -> None:
+    """Issue 24, item 8: a top-level string agentcache must encode again holds a lone surrogate (valid JSON escape,
+    no UTF-8): the planned body (with agentcache's routing key) cannot be written, so the client's bytes go upstream,
+    and the session, the report and the next turn know that body, not the planned one."""
+
+    async def scenario() -> None:
+        async with proxy(upstream="openai") as (client, state, fake):
+            sid = {"authorization": "Bearer sk-o", "x-agentcache-session": "s", **JSON}
+            body = chat_body(conversation(1), user="u\ud800")
+            raw = json.dumps(body).encode()
+            r = await client.post("/v1/chat/completions", content=raw, headers=sid)
+            assert r.status_code == 200 and fake.requests[-1].body == raw  # fail open: the client's bytes
+            sess = state.store.get(tenant_of({"authorization": "Bearer sk-o"}, state.config.tenant_salt), "s")
+            assert sess is not None and sess.turns == 1  # committed ...
+            assert sess.pipeline.sent_body == body and sess.pipeline.sent.cache_key is None  # ... as sent
+            line = state.report.to_dict()["sessions"][0]
+            assert line["requests"] == 1
+            # the next turn: planned from what went out, so the routing key it now gets is no "repair"
+            nxt = chat_body(conversation(3))
+            r = await client.post("/v1/chat/completions", json=nxt, headers=sid)
+            assert r.status_code == 200 and "prompt_cache_key" in fake.requests[-1].json()
+
+    run(scenario())

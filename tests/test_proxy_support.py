@@ -298,18 +298,24 @@ def test_fake_upstream_reports_growing_cache_reads() -> None:
 
 
 class ServerThread:
-    """An ASGI app served by uvicorn on a free loopback port, in a background thread."""
+    """An ASGI app served by uvicorn on a free loopback port, in a background thread; with ``proxy``, served as
+    ``agentcache proxy`` serves it (its timeouts: ``agentcache.proxy._server.uvicorn_config``)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, proxy: ProxyConfig | None = None) -> None:
         import socket
         import threading
 
         import uvicorn
 
+        from agentcache.proxy._server import uvicorn_config
+
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port: int = s.getsockname()[1]
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        if proxy is not None:
+            config = uvicorn_config(app, proxy, port=self.port, log_level="warning", lifespan="on")
+        else:
+            config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

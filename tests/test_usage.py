@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agentcache import CacheUsage, UsageTotals, cost_usd, normalize_usage
+from agentcache.model import _rules
 from agentcache.model._rules import anthropic_rules
 from agentcache.model._usage import read_field
 from agentcache.model._usage_stream import TERMINAL_EVENTS, UsageAccumulator, merge_anthropic_usage
@@ -183,7 +184,7 @@ def test_unknown_model_is_priced_as_the_default_and_named_once(caplog: pytest.Lo
     with caplog.at_level(logging.WARNING, logger="agentcache"):
         assert cost_usd(u, "openai", "no-such-model-x") == pytest.approx(100 * 2.5 / 1e6)  # gpt-5.4's price
         assert cost_usd(u, "openai", "no-such-model-x") == pytest.approx(100 * 2.5 / 1e6)
-        anthropic_rules.cache_clear()  # asked again after the cache forgot it: still named only once
+        _rules._anthropic_rules.cache_clear()  # asked again after the cache forgot it: still named only once
         assert cost_usd(u, "anthropic", "claude-unknown-x") == pytest.approx(100 * 5.0 / 1e6)  # claude-opus-4-8
         assert not anthropic_rules("claude-unknown-x").known
     named = [r.msg for r in caplog.records if isinstance(r.msg, dict) and r.msg.get("event") == "model.unknown"]

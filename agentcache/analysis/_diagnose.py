@@ -17,9 +17,8 @@ from ..model._canonical import (
     CanonicalRequest,
     common_prefix,
     message_indices,
-    message_value,
-    value_digest,
 )
+from ..model._equivalence import message_value, value_digest
 from ..model._volatile import VolatileSpan, volatile_diff
 
 _OPTION_CAUSES = {
@@ -80,7 +79,7 @@ def _classify(
             None,
         )
     if nb is not None and pb.section == "system" and nb.section == "system":
-        if value_digest(pb) == value_digest(nb):
+        if value_digest(pb, prev.api) == value_digest(nb, new.api):
             return C.SYSTEM_CHANGED, nb.path, None
         span = volatile_diff(pb.text(), nb.text())
         return (C.SYSTEM_VOLATILE if span else C.SYSTEM_CHANGED), nb.path, span
@@ -97,7 +96,8 @@ def _classify_tools(prev: CanonicalRequest, new: CanonicalRequest, pb: Block, nb
     nb_tool = nb if nb is not None and nb.section == "tool" else None
     pb_tool = pb if pb.section == "tool" else None
     if nb_tool is not None and pb_tool is not None and nb_tool.name == pb_tool.name:
-        return C.TOOLS_SERIALIZATION if value_digest(pb_tool) == value_digest(nb_tool) else C.TOOLS_CHANGED
+        same = value_digest(pb_tool, prev.api) == value_digest(nb_tool, new.api)
+        return C.TOOLS_SERIALIZATION if same else C.TOOLS_CHANGED
     if nb_tool is not None and nb_tool.name not in old_names:
         return C.TOOLS_ADDED
     if pb_tool is not None and pb_tool.name not in new_names:

@@ -15,7 +15,8 @@ than it matched, for a cache-mechanics cause.
 
 Bounded where asked (the live report): the most recent ``max_sessions`` sessions and ``max_records`` breaks and
 misses, ``max_scopes`` simulated caches, and when these hold more than ``max_chain`` prefixes in all the biggest
-is restarted (a brief under-count of reuse, not a leak).
+is restarted (a brief under-count of reuse, not a leak); the cross-session static indexes keep the static heads of
+requests (never whole requests), ``max_static_bytes`` of them in all, oldest forgotten first.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..model._canonical import CanonicalRequest, common_prefix, static_end
+from ..model._canonical import common_prefix, static_end
 from ..model._causes import SYSTEM_VOLATILE, TOOLS_REORDERED, TOOLS_SERIALIZATION
 from ..model._types import TargetKind
 from ..model._usage import CacheUsage, served_by
@@ -37,6 +38,7 @@ from ..targets import Target, cost_usd
 from ._diagnose import _classify, diagnose
 from ._key_arms import KeyArms
 from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, SimErrorRecord, TurnRecord
+from ._static import StaticIndex
 
 __all__ = ["COALESCED", "Ledger", "Recorded"]
 
@@ -45,31 +47,6 @@ COALESCED = "agentcache_coalesced"
 
 #: Cross-session differences worth reporting: the sessions would share the prefix without them.
 _CROSS_SESSION_CAUSES = frozenset({TOOLS_REORDERED, TOOLS_SERIALIZATION, SYSTEM_VOLATILE})
-
-
-@dataclass(slots=True)
-class _StaticIndex:
-    """Static-prefix chain hashes → (session, request) that sent them, for cross-session breaks (bounded)."""
-
-    limit: int | None = None
-    refs: OrderedDict[bytes, tuple[str, CanonicalRequest]] = field(default_factory=OrderedDict)
-
-    def add(self, session: str, req: CanonicalRequest) -> None:
-        for h in req.chain[: static_end(req)]:
-            self.refs.setdefault(h, (session, req))
-        while self.limit is not None and len(self.refs) > self.limit:
-            self.refs.popitem(last=False)
-
-    def match(self, req: CanonicalRequest) -> tuple[str, CanonicalRequest] | None:
-        best = None
-        for h in req.chain[: static_end(req)]:
-            ref = self.refs.get(h)
-            if ref is None:
-                break
-            best = ref
-        if best is None and req.chain:
-            best = self.refs.get(req.chain[0])
-        return best
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +66,7 @@ class _Scope:
 
     target: Target
     sims: dict[str, Simulator]
-    static: _StaticIndex
+    static: StaticIndex
     last: float = 0.0
     keys: KeyArms = field(default_factory=KeyArms)
 
@@ -124,6 +101,7 @@ class Ledger:
         max_records: int | None = None,
         max_scopes: int = 16,
         max_chain: int = 400_000,
+        max_static_bytes: int = 16 * 1024 * 1024,
         concurrency: Concurrency | None = None,
     ) -> None:
         self.target, self.model = target, model
@@ -145,6 +123,7 @@ class Ledger:
             max_scopes,
             max_chain,
         )
+        self.max_static_bytes = max_static_bytes
         self.totals: dict[str, ArmMetrics] = {a: ArmMetrics() for a in self.arms}
         self.sessions: OrderedDict[str, SessionReport] = OrderedDict()
         self.breaks: deque[BreakRecord] = deque()
@@ -264,7 +243,7 @@ class Ledger:
     # ---- parts -------------------------------------------------------------------------------
 
     def _break(
-        self, session: str, request: int, prepared: Any, static: _StaticIndex, agentcache: SimResult | None
+        self, session: str, request: int, prepared: Any, static: StaticIndex, agentcache: SimResult | None
     ) -> BreakRecord | None:
         d = prepared.divergence
         if d is not None:
@@ -323,8 +302,8 @@ class Ledger:
             if isinstance(sim, OpenAISimulator):
                 sim.overflow = self.overflow
             sims[arm] = sim
-        limit = None if self.max_sessions is None else 4096
-        return _Scope(target, sims, _StaticIndex(limit), last, KeyArms(self.rpm_per_key))
+        limit = None if self.max_sessions is None else self.max_static_bytes // self.max_scopes
+        return _Scope(target, sims, StaticIndex(limit), last, KeyArms(self.rpm_per_key))
 
     def _bound_sims(self) -> None:
         if self.max_sessions is None:
@@ -340,6 +319,10 @@ class Ledger:
     def simulated_prefixes(self) -> int:
         """Prefixes the simulated caches remember (what their memory grows with; bounded by ``max_chain``)."""
         return sum(_size(s) for s in self._scopes.values())
+
+    def static_bytes(self) -> int:
+        """Estimated bytes of the cross-session static indexes (bounded by ``max_static_bytes`` in all)."""
+        return sum(s.static.bytes for s in self._scopes.values())
 
     def _push(self, records: deque[Any], record: Any) -> None:
         records.append(record)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..model._build import rebuild
-from ..model._canonical import Block, CanonicalRequest, common_prefix, unmarked, value_digest
+from ..model._canonical import Block, CanonicalRequest, common_prefix, unmarked
 from ..model._causes import (
     CACHE_KEY_CHANGED,
     MESSAGES_SERIALIZATION,
@@ -29,6 +29,7 @@ from ..model._causes import (
     TOOLS_SERIALIZATION,
     Cause,
 )
+from ..model._equivalence import value_digest
 from ..model._plan import KEEP, WirePlan
 
 __all__ = ["RepairPlan", "Sent", "ToolMemory", "plan_repairs", "repaired_request"]
@@ -52,7 +53,7 @@ class ToolMemory:
             return self
         units, blocks = dict(self.units), dict(self.blocks)
         for b in tools:
-            vd = value_digest(b)
+            vd = value_digest(b, sent.api)
             if vd not in units:
                 units[vd] = b.unit()
                 blocks[vd] = b if b.marker is None else unmarked((b,))[0]
@@ -128,7 +129,7 @@ def _repair_tools(
     if last is not None and [b.digest for b in tools] == [b.digest for b in last.request.head if b.section == "tool"]:
         return None  # fast path: byte-identical tools
     for i, b in enumerate(tools):
-        vd = value_digest(b)
+        vd = value_digest(b, canon.api)
         old = memory.blocks.get(vd)
         if old is not None and old.digest != b.digest:
             replace[f"tools[{i}]"] = memory.units[vd]
@@ -162,7 +163,7 @@ def _repair_system(
         # or agentcache's own reshaping): send it again, nothing new to report.
         replace[key] = last.body[key]
         return unmarked(tuple(old))
-    if [value_digest(b) for b in old] == [value_digest(b) for b in new]:
+    if [value_digest(b, canon.api) for b in old] == [value_digest(b, canon.api) for b in new]:
         replace[key] = last.body[key]
         flip = old[0].path.endswith("]") != new[0].path.endswith("]")
         repaired.append(MESSAGES_SHAPE if flip else MESSAGES_SERIALIZATION)
@@ -222,7 +223,7 @@ def _repair_messages(
             replace[f"{field_name}[{k}]"] = old_msgs[k]
             out[k] = unmarked(old)
             continue
-        if [value_digest(b) for b in old] != [value_digest(b) for b in new]:
+        if [value_digest(b, canon.api) for b in old] != [value_digest(b, canon.api) for b in new]:
             return  # a real change: leave it and everything after it alone
         flip = any(b.path.endswith(".content") for b in old) != any(b.path.endswith(".content") for b in new)
         replace[f"{field_name}[{k}]"] = old_msgs[k]

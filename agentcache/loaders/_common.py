@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +21,41 @@ from agentcache.loaders._record import Record
 Loaded = tuple[list[Record], list[InputError]]
 
 
-def read_text(path: Path) -> str:
-    """The file as UTF-8 text; an unreadable file raises :class:`InputError`."""
+#: The largest JSON document read whole (the formats that are one document: tau-bench results, trajectories,
+#: cases; about ten times as much memory once parsed). A larger file is an error, judged before it is read.
+MAX_DOCUMENT_BYTES = 256 << 20
+
+
+def read_head(path: Path, size: int) -> bytes:
+    """At most the first ``size`` bytes of ``path``; an unreadable file raises :class:`InputError`."""
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            return f.read(size)
+    except OSError as exc:
+        raise InputError(f"cannot read file: {exc.strerror or exc}", source=str(path)) from exc
+
+
+def read_text(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """The file as UTF-8 text; raises :class:`InputError` for an unreadable file or one of more than ``limit``
+    bytes (a regular file by its size, before reading; a device or a pipe once ``limit`` bytes came)."""
+    try:
+        with path.open("rb") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                raise _too_large(path, limit)
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise _too_large(path, limit)
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read file: {exc}", source=str(path)) from exc
+
+
+def _too_large(path: Path, limit: int) -> InputError:
+    return InputError(
+        f"larger than {limit >> 20} MiB: too large to read as one JSON document (record JSONL: one request per line)",
+        source=str(path),
+    )
 
 
 def read_json(path: Path) -> Any:

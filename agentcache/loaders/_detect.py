@@ -7,7 +7,9 @@
 - list whose first element has ``traj`` and ``task_id`` -> ``taubench``; list of objects that all have
   ``source`` and ``action`` or ``observation`` -> ``openhands``; list of objects that all have ``role`` ->
   ``chat``;
-- text that is not one JSON document but whose first non-blank line is a JSONL record -> ``jsonl``;
+- a first line that is a JSONL record -> ``jsonl`` (streamed; anything else is read whole, at most
+  :data:`~agentcache.loaders._common.MAX_DOCUMENT_BYTES`, and a start that is neither ``{`` nor ``[`` is no
+  format at all, judged on the first bytes);
 - an agent's own log (:data:`~agentcache.loaders._formats.LOG_FORMATS`): a ``.jsonl`` file whose first JSON lines
   the format's ``sniff_lines`` recognises (a ``.jsonl`` file no agent format claims is ``jsonl``), or any other
   file its ``sniff_path`` recognises (checked before the JSON shapes above).
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcache._exceptions import InputError, UnknownFormatError
-from agentcache.loaders._common import problem, read_text
+from agentcache.loaders._common import problem, read_head, read_text
 from agentcache.loaders._formats import LOG_FORMATS
 
 #: Formats of recorded requests with their bodies, then the agents' own log formats.
@@ -110,12 +112,15 @@ def sniff(path: Path) -> tuple[str, Any]:
         return "jsonl", None
     if suffix == ".traj":
         return "swe-agent", None
+    head = read_head(path, SNIFF_BYTES)  # judged on its start: a device or a huge file is never read whole to sniff
+    if head.lstrip()[:1] not in (b"{", b"["):
+        raise UnknownFormatError(f"unknown format: {path.name} is neither JSON nor JSONL", source=str(path))
+    if _first_line_is_record(head.decode("utf-8", "replace")):
+        return "jsonl", None  # streamed, line by line
     text = read_text(path)
     try:
         doc = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
-        if _first_line_is_record(text):
-            return "jsonl", None
         raise UnknownFormatError(
             f"unknown format: {path.name} is neither JSON nor JSONL ({problem(exc)})", source=str(path)
         ) from exc

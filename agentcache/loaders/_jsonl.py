@@ -4,12 +4,12 @@ Shape: one JSON object per line, ``{"session": str, "api": one of APIS, "at"?: n
 "usage"?: {...}, "response"?: {...}, "parent"?: str}`` (``response``: the whole response object; its ``usage`` is
 the record's usage when ``usage`` is absent; ``parent``: the session a subagent's session belongs to, read into
 ``Record.meta["parent"]``); other fields are ignored. Lines are split on newlines only (JSON strings may hold
-U+2028); blank lines are skipped. A malformed line (invalid JSON, nested too deeply, a lone surrogate, a wrong
-shape; or anything that makes reading it fail) becomes an :class:`InputError` with ``record`` = its 0-based line
-index (also the record's ``index``); the other lines still load. Sessions (and parents) are prefixed with the file
-stem: ``<stem>/<session>``, except on lines with a ``recorded_by`` string: those of ``agentcache proxy --record``
-(:mod:`agentcache.proxy._record`), whose session ids are the proxy's own and span its rotated files, so they are
-kept as written.
+U+2028) and streamed; blank lines are skipped. A malformed line (invalid JSON, nested too deeply, a lone surrogate,
+not UTF-8, too long, a wrong shape; or anything that makes reading it fail) becomes an :class:`InputError` with
+``record`` = its 0-based line index (also the record's ``index``); the other lines still load. Sessions (and
+parents) are prefixed with the file stem: ``<stem>/<session>``, except on lines with a ``recorded_by`` string: those
+of ``agentcache proxy --record`` (:mod:`agentcache.proxy._record`), whose session ids are the proxy's own and span
+its rotated files, so they are kept as written.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcache._exceptions import InputError
-from agentcache.loaders._common import Loaded, check_unicode, is_number, problem, read_text, session_id
+from agentcache.loaders._agentlog import lines, too_long
+from agentcache.loaders._common import Loaded, check_unicode, is_number, problem, session_id
 from agentcache.loaders._record import APIS, Record
 
 
@@ -80,14 +81,18 @@ def _meta(obj: dict[str, Any], parent: str | None, recorded: bool, path: Path) -
 
 
 def load_jsonl(path: Path, doc: Any = None) -> Loaded:
-    """Records of a JSONL file (``doc`` is ignored: the file is read line by line)."""
+    """Records of a JSONL file (``doc`` is ignored: the file is streamed line by line, each line at most
+    :data:`~agentcache.loaders._agentlog.MAX_LINE_BYTES`; a longer one, or one that is no UTF-8, costs itself)."""
     records: list[Record] = []
     errors: list[InputError] = []
-    for i, line in enumerate(read_text(path).split("\n")):
-        if not line.strip():
+    for i, raw in lines(path):
+        if raw is None:
+            errors.append(too_long(path, i))
+            continue
+        if not raw.strip():
             continue
         try:
-            records.append(parse_line(path, line, i))
+            records.append(parse_line(path, raw.decode("utf-8"), i))
         except Exception as exc:  # any failure costs this line only
             errors.append(InputError(problem(exc), source=str(path), record=i))
     return records, errors

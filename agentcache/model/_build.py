@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._exceptions import InputError
+from ._bounded import bounded
 from ._canonical import Block, CanonicalRequest, Marker, digest, marker_at
 from ._causes import Section
 from ._rawjson import NestingTooDeep, RawBody, has_duplicates
@@ -124,7 +125,7 @@ class Builder:
 
     def __init__(self, api: str, model: str, counter: TokenCounter | None = None, cache: BlockCache | None = None):
         self.api = api
-        self.model = model
+        self.model = bounded(model)  # the option block keeps the bytes; the rest of agentcache, a bounded name
         self._counter = counter or default_counter()
         self._blocks: list[Block] = []
         self._cache = cache

@@ -21,20 +21,15 @@ A block carries:
 
 from __future__ import annotations
 
-import contextlib
-import math
 import re
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from hashlib import blake2b
 from typing import Any
 
-from .._exceptions import InputError
 from ._causes import Section
-from ._rawjson import Number, encode_ascii, encode_sorted, has_duplicates, parse
 from ._rawjson import encode as _encode
+from ._rawjson import encode_ascii, parse
 
 #: Keys that mark cache breakpoints on the wire, in some API at some position (see :data:`MARKERS`).
 MARKER_KEYS = ("cache_control", "prompt_cache_breakpoint")
@@ -285,82 +280,6 @@ def unmarked(blocks: tuple[Block, ...]) -> tuple[Block, ...]:
     if all(b.marker is None for b in blocks):
         return blocks
     return tuple(b if b.marker is None else b.with_marker(None) for b in blocks)
-
-
-def normalize(value: Any) -> Any:
-    """The meaning of a unit (its markers already stripped by the builder): keys sorted at every level, JSON-string
-    tool arguments parsed (unless they repeat a key: then they stay the string they are), a bare string equal to a
-    one-element text-block array (``messages.shape``), and a number by its exact value (``1E2`` is ``100.0``;
-    ``1e309`` is not ``1e400``, nor ``1.5e-400`` zero). A key named like a marker is content here."""
-    if isinstance(value, dict):
-        out = {}
-        for k in sorted(value):
-            v = value[k]
-            if k == "arguments" and isinstance(v, str):
-                with contextlib.suppress(ValueError):
-                    if not has_duplicates(v):
-                        v = parse(v)
-            out[k] = normalize(v)
-        if out.get("type") in ("input_text", "output_text"):
-            out["type"] = "text"
-        return out
-    if isinstance(value, list):
-        return [normalize(v) for v in value]
-    if isinstance(value, Number):
-        return _exact(value)
-    return value
-
-
-def _exact(n: Number) -> Any:
-    """A number spelled unlike Python would write it, by its exact decimal value: the float whose shortest spelling
-    has that value (``1E2`` → ``100.0``, ``0.10`` → ``0.1``), else a Number in one spelling per value (an exponent
-    form Python never writes for a float or an int)."""
-    d = Decimal(n.text)
-    if n.text.lstrip("-").isdigit():  # an integer literal: -0 or past Python's digit limit
-        return Number(f"{d:E}")  # keeps -0 apart from 0
-    f = float(d)
-    if math.isfinite(f) and Decimal(repr(f)) == d and (math.copysign(1.0, f) < 0) == d.is_signed():
-        return f
-    return Number(f"{d.normalize():E}")
-
-
-def text_unit(value: Any) -> Any:
-    """A bare string as the equivalent text block, so shapes compare equal by value."""
-    if isinstance(value, str):
-        return {"text": value, "type": "text"}
-    return value
-
-
-_VALUE_MEMO: OrderedDict[bytes, bytes] = OrderedDict()
-_VALUE_MEMO_SIZE = 65_536
-
-
-def value_digest(block: Block) -> bytes:
-    """Digest of a block's meaning (see :func:`normalize`); equal for re-serialised or re-shaped units.
-    Memoised by the block's byte digest (a bounded LRU), so a tool list reshuffled every turn costs one lookup
-    per tool."""
-    hit = _VALUE_MEMO.get(block.digest)
-    if hit is not None:
-        return hit
-    try:
-        env = parse(block.env) if block.env else None
-        out = digest(dumps(normalize(env)), encode_sorted(normalize(text_unit(block.unit()))).encode())
-    except (RecursionError, InputError):  # too deep to read for meaning: equal only to the same bytes
-        out = digest(b"bytes", block.digest)
-    _VALUE_MEMO[block.digest] = out
-    if len(_VALUE_MEMO) > _VALUE_MEMO_SIZE:
-        _VALUE_MEMO.popitem(last=False)
-    return out
-
-
-def iter_message_blocks(req: CanonicalRequest, message: int) -> Iterator[Block]:
-    """Blocks of message ``message`` in order."""
-    return (b for b in req.blocks if b.message == message)
-
-
-def message_value(req: CanonicalRequest, message: int) -> bytes:
-    """Digest of a whole message's meaning: its blocks' values in order."""
-    return digest(*(value_digest(b) for b in iter_message_blocks(req, message)))
 
 
 def message_indices(req: CanonicalRequest) -> list[int]:

@@ -17,9 +17,9 @@ by the new one (which holds all of its parts). Else the newest body whose halfwa
 (the same conversation, its later history rewritten, as SWE-agent rewrites old tool outputs; it is replaced too),
 else the newest
 body of the group (same agent, same tools and system: another session's prefix). Bounded by the characters held
-(``budget``, LRU), and ``per_group`` bodies per group. Parts are shared between the bodies that re-use them:
-values a parse returns must not be mutated in place (the pipeline edits copy-on-write). Not thread-safe: one per
-event loop.
+(``budget``, LRU; a body of more than a quarter of it is not kept), and ``per_group`` bodies per group. Parts are
+shared between the bodies that re-use them: values a parse returns must not be mutated in place (the pipeline edits
+copy-on-write). Not thread-safe: one per event loop.
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ class ParseMemo:
         return value, texts
 
     def _keep(self, key: tuple[str, str], texts: RawBody) -> None:
+        if texts.size > self.budget // 4:
+            return  # one body would push out most of the others: not kept
         group = self._groups.setdefault(key, [])
         entry = (texts, _probes(texts))
         group.append(entry)

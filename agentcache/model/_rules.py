@@ -20,6 +20,7 @@ from typing import Any
 
 from .._exceptions import ConfigError
 from .._log import get_logger
+from ._bounded import bounded
 
 PROVIDERS = ("anthropic", "openai")
 
@@ -180,7 +181,7 @@ def install_models(models: Any) -> None:
     if rows == _overrides:
         return
     _overrides = rows
-    for fn in (_models, _index, anthropic_rules, openai_rules):
+    for fn in (_models, _index, _anthropic_rules, _openai_rules):
         fn.cache_clear()
     _warned.clear()
 
@@ -226,9 +227,13 @@ def lookup_model(provider: str, model: str | None) -> tuple[str, bool]:
     return name, known
 
 
-@lru_cache(maxsize=512)  # every request asks; the table is fixed for the process
 def anthropic_rules(model: str | None) -> AnthropicRules:
     """Rules for ``model`` (the provider default's numbers, with ``known=False``, if not in the table)."""
+    return _anthropic_rules(bounded(model) if model else model)
+
+
+@lru_cache(maxsize=512)  # every request asks; the table is fixed for the process; the names are bounded
+def _anthropic_rules(model: str | None) -> AnthropicRules:
     name, m, known = _lookup("anthropic", model)
     s = _table()["anthropic"]
     base = float(m["input_usd_per_mtok"])
@@ -247,9 +252,13 @@ def anthropic_rules(model: str | None) -> AnthropicRules:
     )
 
 
-@lru_cache(maxsize=512)
 def openai_rules(model: str | None) -> OpenAIRules:
     """Rules for ``model`` (the provider default's numbers, with ``known=False``, if not in the table)."""
+    return _openai_rules(bounded(model) if model else model)
+
+
+@lru_cache(maxsize=512)
+def _openai_rules(model: str | None) -> OpenAIRules:
     name, m, known = _lookup("openai", model)
     s = _table()["openai"]
     return OpenAIRules(

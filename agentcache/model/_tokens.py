@@ -26,6 +26,9 @@ _O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.ti
 _O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 #: Blocks remembered by the token memo; a 200-turn session holds ~1k distinct blocks.
 DEFAULT_MEMO_SIZE = 200_000
+#: Bytes of one memo entry (a 16-byte hash, its count, the ordered dict's slot and link): measured with a
+#: ``sys.getsizeof`` walk, rounded up.
+MEMO_ENTRY_BYTES = 200
 
 
 class _Encoder(Protocol):
@@ -114,6 +117,17 @@ class TokenCounter:
     def memo_len(self) -> int:
         """Number of memoised blocks (for tests and benchmarks)."""
         return len(self._memo)
+
+    def bound_memo(self, entries: int) -> None:
+        """Remember at most ``entries`` blocks from now on (a memory budget's share), least recently used dropped."""
+        with self._lock:
+            self._memo_size = max(1, entries)
+            while len(self._memo) > self._memo_size:
+                self._memo.popitem(last=False)
+
+    def estimated_bytes(self) -> int:
+        """Estimated bytes of the memo (:data:`MEMO_ENTRY_BYTES` an entry)."""
+        return len(self._memo) * MEMO_ENTRY_BYTES
 
 
 _default: TokenCounter | None = None

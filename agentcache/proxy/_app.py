@@ -13,12 +13,16 @@ route                                          served by
                                                tenants or another one with the admin token
 ``GET /agentcache/v1/health``                  the proxy's own health, for load balancers (no token)
 ``GET /metrics``                               Prometheus text format (admin token when one is set; else loopback)
-anything else under ``/agentcache/``           404, or 405 for a known path (never relayed)
+anything else under ``/agentcache/``           404, or 405 for a known path (never relayed); so is any other
+                                               spelling of the namespace (``//agentcache``, ``/METRICS``...)
 anything else                                  relayed as is: method, headers, body streamed both ways
 =============================================  =================================================================
 
-Who may read what: :mod:`agentcache.proxy._admin`. An exception that escapes a handler before its response
-started is agentcache's own bug: it is answered with a 500 in the caller's format, counted and logged.
+Every path is normalised once, as the upstream reads it, before routing (:mod:`agentcache.proxy._boundary`, which
+also bounds the wait for a request body's next chunk). Who may read what: :mod:`agentcache.proxy._admin`. An
+exception that escapes a handler before its response started is agentcache's own bug: it is answered with a 500 in
+the caller's format, counted and logged; a stream the upstream cut is broken for the client, counted once by its
+route (as the status the client got, ``stream_cut``), and is no bug.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -38,9 +43,11 @@ from starlette.routing import BaseRoute, Route
 from .._config import Settings
 from ..session import StoreUnavailable
 from ._admin import NAMESPACE_ROUTE, PathRoute, close_route, metrics_denied, namespace_answer, report_tenant
+from ._boundary import Boundary, own_path
 from ._config import ProxyConfig
 from ._core import handle_api, relay
 from ._errors import ROUTES, style_for
+from ._forward import UpstreamStreamError
 from ._sessions import tenant_of
 from ._state import ProxyState
 
@@ -50,8 +57,9 @@ _ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def _in_namespace(path: str) -> dict[str, str] | None:
-    """Paths that are agentcache's own, whatever the method: never relayed."""
-    return {} if path in ("/agentcache", "/metrics") or path.startswith("/agentcache/") else None
+    """Paths that are agentcache's own however they are spelt, whatever the method: never relayed
+    (:func:`~agentcache.proxy._boundary.own_path`)."""
+    return {} if own_path(path) else None
 
 
 def create_app(
@@ -125,6 +133,8 @@ def create_app(
 
     async def unhandled(request: Request, exc: Exception) -> Response:
         # Starlette's outermost middleware calls this before re-raising (so the traceback is still logged).
+        if isinstance(exc, UpstreamStreamError):  # raised to break the client's stream: counted once, in the route
+            return Response(status_code=502)  # never sent: the response had started
         state.fail_open("unhandled", exc)
         path = request.url.path
         route = path if path in ROUTES else NAMESPACE_ROUTE if path.startswith("/agentcache/") else "passthrough"
@@ -143,6 +153,7 @@ def create_app(
         async with state.running():
             yield
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled})
+    boundary = Middleware(Boundary, body_timeout=state.config.body_timeout)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled}, middleware=[boundary])
     app.state.proxy = state
     return app

@@ -38,6 +38,16 @@ DEFAULT_MAX_KEEPALIVE = 200
 #: Seconds an idle upstream connection stays pooled: below the 5 s keep-alive timeout of llama.cpp's server
 #: (cpp-httplib ``CPPHTTPLIB_KEEPALIVE_TIMEOUT_SECOND``), uvicorn and Node, so the proxy drops it first.
 DEFAULT_KEEPALIVE_EXPIRY = 4.0
+#: Seconds the proxy's server keeps an idle client connection open: above the idle expiry of common clients' pools
+#: (httpx, under the Anthropic and OpenAI Python SDKs: 5 s; Node's undici: 4 s; aiohttp: 15 s; Go's net/http and
+#: Rust's hyper/reqwest, under Codex: 90 s), so the client always closes first. Equal to a client's expiry, the
+#: server's close can cross a request the client sends on the connection it still thinks open (that request is lost).
+DEFAULT_SERVER_KEEPALIVE = 120
+#: Seconds a client may take to send a request's line and headers once it began (and a new connection its first
+#: byte): a trickling client holds no connection for ever (nginx ``client_header_timeout``: 60 s).
+DEFAULT_HEADER_TIMEOUT = 30.0
+#: Seconds the proxy waits for the next chunk of a request body (408 after; nginx ``client_body_timeout``: 60 s).
+DEFAULT_BODY_TIMEOUT = 60.0
 #: Connection pools the upstream transport spreads requests over (see ``_transport.py``).
 DEFAULT_UPSTREAM_POOLS = 8
 #: A session with no request for this long is closed (reason ``idle``).
@@ -82,6 +92,8 @@ class ProxyConfig(BaseSettings):
     token nobody sees the others). ``tenant_salt``: keys the hash of callers' API keys (tenants).
     ``max_body_bytes``: the largest request body on every path, pipeline or relayed (413 beyond).
     ``simulate``: run the provider simulators on live traffic for the ``as_sent``/``agentcache`` arms.
+    ``server_keepalive``/``header_timeout``/``body_timeout``: the server side's own timeouts, in seconds (an idle
+    client connection; a request's line and headers; between two chunks of a request body).
     ``max_sessions``/``max_state_mb``: live sessions kept per process, by count and by estimated memory.
     ``record_dir``: write every pipeline request to JSONL files there, for ``agentcache audit``
     (:mod:`agentcache.proxy._record`; the files hold prompts); ``record_max_mb``: rotate a file before it grows past
@@ -111,6 +123,9 @@ class ProxyConfig(BaseSettings):
     max_keepalive: int = Field(default=DEFAULT_MAX_KEEPALIVE, ge=0)
     keepalive_expiry: float = Field(default=DEFAULT_KEEPALIVE_EXPIRY, gt=0)
     upstream_pools: int = Field(default=DEFAULT_UPSTREAM_POOLS, ge=1)
+    server_keepalive: int = Field(default=DEFAULT_SERVER_KEEPALIVE, gt=0)
+    header_timeout: float = Field(default=DEFAULT_HEADER_TIMEOUT, gt=0)
+    body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT, gt=0)
     idle_timeout: float = Field(default=DEFAULT_IDLE_TIMEOUT, gt=0)
     sweep_interval: float = Field(default=DEFAULT_SWEEP_INTERVAL, gt=0)
     max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, gt=0)

@@ -32,6 +32,7 @@ from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
 from ..session import Turn
 from ..session._coalesce import Ticket
+from ._boundary import BodyTimeout
 from ._errors import Style, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
 from ._record import exchange_of
@@ -72,6 +73,8 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         raw = await read_body(request, limit)
     except BodyTooLarge:
         return state.own_error(route, provider, style, 413, f"request body exceeds {limit} bytes")
+    except BodyTimeout as exc:
+        return state.own_error(route, provider, style, 408, str(exc))
     parsed: Any = None
     texts: Any = None
     tenant = tenant_of(request.headers, state.config.tenant_salt)
@@ -110,6 +113,8 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
             log.info("proxy.unreadable_request", api=api, error=str(exc))
         except Exception as exc:
             state.fail_open("prepare", exc)
+        if turn is not None and content is raw and turn.body is not body:
+            turn = _original(state, turn, body)  # the prepared body could not be written: the turn is what goes out
     headers = request_headers(request.headers.raw, pipeline=True)
     if turn is not None and turn.prepared.headers:  # planned headers (provider diagnostics' beta header)
         headers = with_raw_headers(headers, turn.prepared.headers)
@@ -196,6 +201,16 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         on_error=state.response_failed,
         on_first_byte=ticket.first_byte if ticket is not None and ok else None,
     )
+
+
+def _original(state: ProxyState, turn: Turn, body: dict[str, Any]) -> Turn | None:
+    """``turn`` as the client's own ``body``, sent unchanged; None (untracked) when even that fails."""
+    try:
+        turn.send_original(body)
+        return turn
+    except Exception as exc:
+        state.fail_open("prepare", exc)
+        return None
 
 
 def _claim(state: ProxyState, turn: Turn | None) -> Ticket | None:
@@ -341,6 +356,8 @@ async def relay(state: ProxyState, request: Request, route: str = "passthrough")
         upstream = await state.send(req, route, style)
     except BodyTooLarge:  # a chunked body that grew past the limit: the upstream got no complete request
         return state.own_error(route, provider, style, 413, f"request body exceeds {limit} bytes")
+    except BodyTimeout as exc:  # the client stopped sending its body: the upstream got no complete request
+        return state.own_error(route, provider, style, 408, str(exc))
     if isinstance(upstream, Response):
         state.count_request(route, provider, "", "error")
         return upstream

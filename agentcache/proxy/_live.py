@@ -12,11 +12,12 @@ The same per-arm :class:`~agentcache.analysis.Ledger` as ``agentcache audit``, p
   request path). The cloud simulators' minimum lengths do not apply to an engine, so this is the arm to read
   beside ``reported`` there.
 
-Bounded: the most recent ``max_sessions`` sessions and ``max_records`` breaks and misses, a few simulated caches
-holding at most ``max_chain`` prefixes in all (see the ledger; each simulator keeps at most
-:data:`~agentcache.simulate._base.MAX_MODEL_SCOPES` model scopes, further client-chosen models share one), and the
-provider/model names seen (the most common ``max_names``). :meth:`LiveReport.estimated_bytes` is what the
-proxy counts against its memory budget for it.
+Bounded by ``max_bytes`` of estimated memory, shared out among its parts (:data:`REPORT_SHARES`): the most recent
+sessions (at most ``max_sessions``) and breaks and misses (at most ``max_records``), a few simulated caches holding
+a number of prefixes in all (see the ledger; each simulator keeps at most
+:data:`~agentcache.simulate._base.MAX_MODEL_SCOPES` model scopes, least recently used dropped), the cross-session
+static heads, and the provider/model names seen (the most common ``max_names``, each bounded). Every part evicts its
+oldest; :meth:`LiveReport.estimated_bytes` is what the proxy's budget measures.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ SESSION_REPORT_BYTES = 900
 SIM_PREFIX_BYTES = 600
 #: Bytes per break or miss record with its strings (paths, causes, session key): an upper estimate.
 RECORD_BYTES = 1500
+#: How the report's ``max_bytes`` is shared out: the simulated caches' prefixes, the per-session arms, the break and
+#: miss records, the cross-session static heads; the rest (names, the engine arm) is small.
+REPORT_SHARES = {"prefixes": 0.5, "sessions": 0.2, "records": 0.1, "static": 0.15}
 
 
 class LiveReport:
@@ -57,22 +61,26 @@ class LiveReport:
         max_sessions: int = 10_000,
         max_records: int = 2_000,
         max_names: int = 64,
-        max_chain: int = 400_000,
+        max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.metrics = metrics
+        self.max_bytes = max_bytes
         self.ledger = Ledger(
             None,
             reported=True,
             simulate=simulate,
-            max_sessions=max_sessions,
-            max_records=max_records,
-            max_chain=max_chain,
+            max_sessions=max(1, min(max_sessions, int(max_bytes * REPORT_SHARES["sessions"]) // SESSION_REPORT_BYTES)),
+            max_records=max(1, min(max_records, int(max_bytes * REPORT_SHARES["records"]) // RECORD_BYTES)),
+            max_chain=max(1, int(max_bytes * REPORT_SHARES["prefixes"]) // SIM_PREFIX_BYTES),
+            max_static_bytes=int(max_bytes * REPORT_SHARES["static"]),
         )
         self.max_names = max_names
         #: the ``engine`` arm, set by the proxy in front of a llama.cpp engine
         self.engine: EngineArm | None = None
-        self.providers: Counter[str] = Counter()
-        self.models: Counter[str] = Counter()
+        #: requests per (tenant, provider) and per (tenant, model): the report's top-level ``provider``/``model``
+        #: are those of the tenant it is for (a tenant never reads another's model name)
+        self.providers: Counter[tuple[str, str]] = Counter()
+        self.models: Counter[tuple[str, str]] = Counter()
         #: requests per (tenant, provider, model), for the report's ``models`` (a caller sees its own tenant's)
         self.model_uses: Counter[tuple[str, str, str]] = Counter()
 
@@ -82,8 +90,8 @@ class LiveReport:
         assert target is not None
         prepared = turn.prepared
         provider, model = target.name, prepared.planned.model
-        self._count(self.providers, provider)
-        self._count(self.models, model)
+        self._count(self.providers, (tenant, provider))
+        self._count(self.models, (tenant, model))
         if target.kind != TargetKind.ENGINE:  # an engine has no price table
             self._count(self.model_uses, (tenant, str(target.kind), model or ""))
         sess = turn.session
@@ -114,19 +122,20 @@ class LiveReport:
     def estimated_bytes(self) -> int:
         """Estimated bytes the report holds (the constants above; names counted by their length)."""
         led = self.ledger
-        names = sum(len(n) + 100 for c in (self.providers, self.models) for n in c)
+        names = sum(len(n) + len(t) + 150 for c in (self.providers, self.models) for t, n in c)
         names += sum(len(m) + 150 for _, _, m in self.model_uses)
         return (
             len(led.sessions) * SESSION_REPORT_BYTES
             + led.simulated_prefixes() * SIM_PREFIX_BYTES
-            + (len(led.breaks) + len(led.misses)) * RECORD_BYTES
+            + (len(led.breaks) + len(led.misses) + len(led.errors)) * RECORD_BYTES
+            + led.static_bytes()
             + names
             + (self.engine.estimated_bytes() if self.engine is not None else 0)
         )
 
     def report(self, tenant: str | None = None) -> AuditReport:
         """The report (only ``tenant``'s sessions, breaks and misses when given; totals are then theirs)."""
-        report = self.ledger.report(_single(self.providers), _single(self.models), tenant)
+        report = self.ledger.report(_single(self.providers, tenant), _single(self.models, tenant), tenant)
         uses: Counter[tuple[str, str]] = Counter()
         for (who, provider, model), n in self.model_uses.items():
             if tenant is None or who == tenant:
@@ -156,8 +165,9 @@ class LiveReport:
         return self.report(tenant).to_dict()
 
 
-def _single(counts: Counter[str]) -> str:
-    """The only value seen, ``mixed`` for several, ``none`` for none."""
-    if not counts:
+def _single(counts: Counter[tuple[str, str]], tenant: str | None) -> str:
+    """The only name ``tenant`` (None: any tenant) was counted with, ``mixed`` for several, ``none`` for none."""
+    names = {name for who, name in counts if tenant is None or who == tenant}
+    if not names:
         return "none"
-    return next(iter(counts)) if len(counts) == 1 else "mixed"
+    return next(iter(names)) if len(names) == 1 else "mixed"

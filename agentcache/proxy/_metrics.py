@@ -27,6 +27,9 @@ metric                                                  labels / meaning
 ``agentcache_proxy_store_errors_total``                 ``op``: shared-store failures (fail open)
 ``agentcache_proxy_stale_commits_total``                responses for a closed or older generation (ignored)
 ``agentcache_proxy_live_sessions``                      sessions this process holds
+``agentcache_proxy_state_bytes``                        ``part``: estimated bytes each part of the memory budget
+                                                        holds (:mod:`~agentcache.proxy._budget`)
+``agentcache_proxy_state_budget_bytes``                 ``part``: that part's share of ``max_state_mb``
 ``agentcache_proxy_keep_warm_requests_total``           ``outcome``: ``sent`` (2xx), ``failed``, ``dropped``
 ``agentcache_proxy_record_lines_total``                 ``outcome`` (``--record``, :mod:`~agentcache.proxy._record`):
                                                         ``written``; ``dropped`` (the write queue was full);
@@ -113,6 +116,12 @@ class ProxyMetrics:
             "stale_commits", "Responses for a closed or older generation, ignored", namespace=ns, registry=reg
         )
         self.live_sessions = Gauge("live_sessions", "Live sessions in this process", namespace=ns, registry=reg)
+        self.state_bytes = Gauge(
+            "state_bytes", "Estimated bytes each part of the memory budget holds", ["part"], namespace=ns, registry=reg
+        )
+        self.state_budget = Gauge(
+            "state_budget_bytes", "Each part's share of max_state_mb", ["part"], namespace=ns, registry=reg
+        )
         self.keep_warm = Counter(
             "keep_warm_requests",
             "Keep-warm requests (settings keep_warm): sent (2xx), failed, or dropped (session moved on or closed)",

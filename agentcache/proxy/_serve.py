@@ -17,6 +17,7 @@ from .._config import Settings, get_settings
 from .._log import get_logger
 from ._app import create_app
 from ._config import ProxyConfig, is_loopback, unknown_env
+from ._server import uvicorn_config
 
 __all__ = ["serve"]
 
@@ -31,8 +32,9 @@ class _Terminated(BaseException):
 
 
 def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
-    """Serve the proxy on ``config.host:config.port`` until interrupted (uvicorn; its access log is off:
-    the proxy writes one structured line per request itself)."""
+    """Serve the proxy on ``config.host:config.port`` until interrupted (uvicorn with the proxy's timeouts,
+    :mod:`agentcache.proxy._server`; its access log is off: the proxy writes one structured line per request
+    itself)."""
     import uvicorn
 
     if not is_loopback(config.host) and not config.admin_token:
@@ -49,10 +51,9 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         )
     settings = settings or get_settings()
     app = create_app(config, settings=settings)
-    server_config = uvicorn.Config(
+    server_config = uvicorn_config(
         app,
-        host=config.host,
-        port=config.port,
+        config,
         log_config=None,
         access_log=False,
         lifespan="on",

@@ -14,6 +14,7 @@ from hashlib import blake2b
 from typing import Any
 from urllib.parse import quote
 
+from ..model._bounded import bounded
 from ..model._types import Api
 from ..session import LOCAL_TENANT, Identity, declared_by
 
@@ -21,7 +22,6 @@ __all__ = ["ANONYMOUS", "header_value", "identity_of", "tenant_of"]
 
 ANONYMOUS = LOCAL_TENANT
 _KEY_HEADERS = ("x-api-key", "api-key")
-_MAX_ID = 256
 
 
 def tenant_of(headers: Mapping[str, str], salt: str) -> str:
@@ -40,15 +40,15 @@ def identity_of(api: Api, headers: Mapping[str, str], body: Mapping[str, Any], t
     """Who a proxied request belongs to: ``x-agentcache-session`` / ``x-agentcache-parent``, else what the client
     declares (:func:`agentcache.session.declared_by`: Claude Code, Codex, opencode headers), else the OpenAI
     ``prompt_cache_key``, else the prefix index."""
-    sid = (headers.get("x-agentcache-session") or "").strip()[:_MAX_ID] or None
-    parent = (headers.get("x-agentcache-parent") or "").strip()[:_MAX_ID] or None
+    sid = bounded((headers.get("x-agentcache-session") or "").strip()) or None
+    parent = bounded((headers.get("x-agentcache-parent") or "").strip()) or None
     key = body.get("prompt_cache_key") if api != Api.ANTHROPIC_MESSAGES else None
     declared = declared_by(headers)
     return Identity(
         tenant,
         sid,
         parent,
-        key[:_MAX_ID] if isinstance(key, str) and key else None,
+        bounded(key) if isinstance(key, str) and key else None,
         infer=True,
         declared=declared.session if declared is not None else None,
         declared_parent=declared.parent if declared is not None else None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -24,12 +24,14 @@ from ..model._parsememo import ParseMemo
 from ..model._types import Api, Engine, parse_engine
 from ..model._usage import CacheUsage
 from ..session import MemoryStore, Session, Sessions, SGLangSink, StoreUnavailable
+from ..session._store import TOMBSTONE_BYTES
 from ..targets import EngineTarget, Target, aprobe, resolve_target
+from ._budget import PARSE_MEMO_BYTES_PER_CHAR, Budget, memo_bytes
 from ._config import ProxyConfig
 from ._engine_arm import EngineArm
 from ._errors import Style, error_response, failure_reason, upstream_failure
 from ._keepwarm import KeepWarmer
-from ._live import SIM_PREFIX_BYTES, LiveReport
+from ._live import LiveReport
 from ._metrics import ProxyMetrics, model_label
 from ._record import Recorder
 from ._transport import CLOSES_AFTER_STREAM, ShardedTransport, UpstreamClient, env_proxy
@@ -55,13 +57,17 @@ class ProxyState:
         self.config = config
         self.settings = settings or get_settings()
         self.metrics = ProxyMetrics()
-        # The simulated caches may take a quarter of the memory budget (the rest: sessions, index, planners).
-        chain = max(1000, config.max_state_mb * 1024 * 1024 // 4 // SIM_PREFIX_BYTES)
+        #: ``max_state_mb`` shared out among the structures below (:mod:`agentcache.proxy._budget`).
+        self.budget = budget = Budget.of_mb(config.max_state_mb)
         self.report = LiveReport(
-            self.metrics, config.simulate, config.report_max_sessions, config.report_max_records, max_chain=chain
+            self.metrics,
+            config.simulate,
+            config.report_max_sessions,
+            config.report_max_records,
+            max_bytes=budget.share("report"),
         )
-        # Recent bodies' parses guide the next turn's (model/_parsememo): a sixteenth of the budget in characters.
-        self.parse_memo = ParseMemo(budget=config.max_state_mb * 1024 * 1024 // 16)
+        # Recent bodies' parses guide the next turn's (model/_parsememo).
+        self.parse_memo = ParseMemo(budget=budget.share("parse_memo") // PARSE_MEMO_BYTES_PER_CHAR)
         self._transport = transport
         self._client: UpstreamClient | None = None
         self.declared: Target | None = None
@@ -79,6 +85,7 @@ class ProxyState:
             idle_timeout=config.idle_timeout,
             max_open=config.max_sessions,
             max_tombstones=config.max_tombstones,
+            max_scope_bytes=budget.share("scopes"),
         )
         self._sweeper: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -95,7 +102,7 @@ class ProxyState:
         c = self.config
         limits = {
             "max_open": c.max_sessions,
-            "max_bytes": c.max_state_mb * 1024 * 1024,
+            "max_bytes": self.budget.share("sessions"),
             "index_checkpoints": c.index_checkpoints,
             "min_inner_match": c.min_inner_match,
         }
@@ -106,14 +113,24 @@ class ProxyState:
             return RedisStore.from_url(
                 c.redis_url, timeout=c.redis_timeout, prefix=c.redis_prefix, session_ttl=ttl, **limits
             )
-        # The budget covers what grows with traffic outside the store too: the live report and key planners.
-        return MemoryStore(max_tombstones=c.max_tombstones, held=self._held_bytes, **limits)
+        tombstones = max(1, min(c.max_tombstones, self.budget.share("tombstones") // TOMBSTONE_BYTES))
+        return MemoryStore(max_tombstones=tombstones, **limits)
 
-    def _held_bytes(self) -> int:
-        """Estimated bytes of the live report, the key planners and the parse memo (counted in ``max_state_mb``)."""
-        sessions = getattr(self, "sessions", None)  # None while the manager is being built
-        held = self.report.estimated_bytes() + self.parse_memo.estimated_bytes()
-        return held + (sessions.planner_bytes() if sessions is not None else 0)
+    def state_parts(self) -> dict[str, Callable[[], int]]:
+        """Each part of the memory budget (:mod:`agentcache.proxy._budget`) → its estimated bytes now."""
+        store = self.store
+        parts: dict[str, Callable[[], int]] = {
+            "report": self.report.estimated_bytes,
+            "scopes": self.sessions.scope_bytes,
+            "parse_memo": self.parse_memo.estimated_bytes,
+            "memos": memo_bytes,
+        }
+        if isinstance(store, MemoryStore):
+            parts["sessions"] = lambda: store.session_bytes
+            parts["tombstones"] = lambda: store.tombstone_bytes
+        else:
+            parts["sessions"] = lambda: int(store.local_bytes)
+        return parts
 
     def target_for(self, api: Api) -> Target:
         """The target a new session whose first request speaks ``api`` plans for: the ``target`` setting, else
@@ -167,6 +184,10 @@ class ProxyState:
         )
         self._client = UpstreamClient(transport, timeout)
         self.metrics.live_sessions.set_function(lambda: float(self.store.live()))
+        self.budget.bound_memos()  # the process's memos: this proxy's process, this proxy's budget
+        for part, measure in self.state_parts().items():
+            self.metrics.state_bytes.labels(part).set_function(lambda m=measure: float(m()))  # type: ignore[misc]
+            self.metrics.state_budget.labels(part).set(self.budget.share(part))
         await self.detect()
         engine = self.declared.engine if isinstance(self.declared, EngineTarget) else self.detected
         if isinstance(transport, ShardedTransport) and engine in CLOSES_AFTER_STREAM:

@@ -60,6 +60,11 @@ class Lineage:
 
 #: Leading blocks of a subagent's first request a lineage remembers (32 bytes each, hashes only).
 SIBLING_BLOCKS = 512
+#: Bytes of one remembered lineage (its entry, Lineage and totals), and of each hash of its sibling chain (a 16-byte
+#: bytes object and its slot): measured with a ``sys.getsizeof`` walk, rounded up.
+LINEAGE_BYTES = 700
+SIBLING_HASH_BYTES = 60
+DEFAULT_MAX_SCOPE_BYTES = 64 * 1024 * 1024
 
 
 class Manager:
@@ -69,7 +74,9 @@ class Manager:
     ``engine``, an engine name, or a :class:`~agentcache.targets.Target`); None lets each session take it from
     its first request. ``model``: rules and prices as this model. ``settings``: default the process settings.
     ``sinks``: lifecycle event sinks. ``store``: default a :class:`MemoryStore` with the limits given here.
-    ``idle_timeout``: seconds (None: never). ``clock``: wall-clock seconds (tests pass a fake).
+    ``idle_timeout``: seconds (None: never). ``clock``: wall-clock seconds (tests pass a fake). ``max_scope_bytes``:
+    estimated bytes of the cache scopes' memory and the lineages together (:meth:`scope_bytes`), least recently used
+    forgotten first.
     """
 
     def __init__(
@@ -85,6 +92,7 @@ class Manager:
         max_tombstones: int = 8192,
         max_lineages: int = DEFAULT_MAX_LINEAGES,
         max_bytes: int = 256 * 1024 * 1024,
+        max_scope_bytes: int = DEFAULT_MAX_SCOPE_BYTES,
         clock: Any = time.time,
     ) -> None:
         if min(max_open, max_tombstones, max_lineages, max_bytes) < 1:
@@ -100,7 +108,8 @@ class Manager:
         self.memory = isinstance(self.store, MemoryStore)
         if hasattr(self.store, "bind"):
             self.store.bind(self)
-        self.max_lineages = max_lineages
+        self.max_lineages, self.max_scope_bytes = max_lineages, max_scope_bytes
+        self._lineage_bytes = 0
         #: Registered lifecycle sinks; append or remove at any time.
         self.sinks: list[Sink] = list(sinks)
         self._lock = threading.RLock()
@@ -180,10 +189,23 @@ class Manager:
                 self._scopes.popitem(last=False)
             return scope
 
-    def planner_bytes(self) -> int:
-        """Estimated bytes the cache scopes' key planners hold (counted in the proxy's memory budget)."""
+    def scope_bytes(self) -> int:
+        """Estimated bytes of the cache scopes' memory (key planners, first tool sets) and the lineages."""
         with self._lock:
-            return sum(scope.keys.estimated_bytes() for scope in self._scopes.values())
+            return self._lineage_bytes + sum(scope.estimated_bytes() for scope in self._scopes.values())
+
+    def _bound_scopes(self) -> None:
+        """Forget least recently used lineages, scopes, tool sets and key families until :meth:`scope_bytes` is
+        within ``max_scope_bytes`` (lineages keep at most a quarter; a forgotten scope starts over)."""
+        while self.scope_bytes() > self.max_scope_bytes:
+            if self._lineages and (self._lineage_bytes > self.max_scope_bytes // 4 or not self._scopes):
+                self._forget_lineage()
+            elif len(self._scopes) > 1:
+                self._scopes.popitem(last=False)
+            elif not next(iter(self._scopes.values())).forget_oldest():
+                if not self._lineages:
+                    return
+                self._forget_lineage()
 
     def pipeline_for(self, sess: Session, snapshot: dict[str, Any] | None) -> SessionPipeline:
         """A pipeline for ``sess`` (rebuilt from ``snapshot`` when given), in its tenant's cache scope."""
@@ -226,11 +248,23 @@ class Manager:
             raise StoreUnavailable(f"{op}: {type(exc).__name__}: {exc}", op=op) from exc
 
     def _lineage(self, lineage: str) -> Lineage:
-        state = self._lineages.pop(lineage, None) or Lineage()
+        state = self._lineages.pop(lineage, None)
+        if state is None:
+            state = Lineage()
+            self._lineage_bytes += LINEAGE_BYTES
         self._lineages[lineage] = state
         while len(self._lineages) > self.max_lineages:
-            self._lineages.popitem(last=False)
+            self._forget_lineage()
         return state
+
+    def _forget_lineage(self) -> None:
+        _, old = self._lineages.popitem(last=False)
+        self._lineage_bytes -= LINEAGE_BYTES + SIBLING_HASH_BYTES * len(old.sibling or ())
+
+    def _set_sibling(self, state: Lineage, chain: tuple[bytes, ...]) -> None:
+        """``state``'s latest subagent's first prefix is ``chain`` (counted in :meth:`scope_bytes`)."""
+        self._lineage_bytes += SIBLING_HASH_BYTES * (len(chain) - len(state.sibling or ()))
+        state.sibling = chain
 
     def _emit(self, events: list[LifecycleEvent]) -> None:
         sinks = tuple(self.sinks)

@@ -38,15 +38,25 @@ from ._state import Learned, PipelineState
 __all__ = ["Learned", "PipelineState", "Prepared", "ScopeMemory", "SessionPipeline", "sibling_depth", "with_headers"]
 
 
+#: Bytes of one cache scope's own objects (the ScopeMemory, its planner, their dicts), and of one remembered tool
+#: set beyond its tools' canonical bytes (its entry, name set and ToolMemory); a remembered tool set holds
+#: :data:`TOOL_SET_BYTES_PER_BYTE` bytes per byte of its tools' canonical data (the JSON units and the blocks):
+#: measured with a ``sys.getsizeof`` walk (tests/test_memory_bounds.py measures them again), rounded up.
+SCOPE_BYTES = 2000
+TOOL_SET_BYTES = 1000
+TOOL_SET_BYTES_PER_BYTE = 6
+
+
 @dataclass(slots=True)
 class ScopeMemory:
     """State shared by the sessions of one cache scope: the first tool memory seen for each tool-name set (so a
     new session of the same agent adopts its order and bytes; the ``max_tool_sets`` most recent sets), and the
-    OpenAI key planner."""
+    OpenAI key planner. ``tool_bytes``: the remembered tool sets' estimated bytes."""
 
     tools: OrderedDict[frozenset[str], ToolMemory] = field(default_factory=OrderedDict)
     max_tool_sets: int = 1024
     keys: KeyPlanner = field(default_factory=KeyPlanner)
+    tool_bytes: int = 0
 
     def record(self, prepared: Prepared, fresh: bool) -> None:
         """Count ``prepared`` as sent: its routing key's family, and its tools if it opened a session."""
@@ -55,8 +65,26 @@ class ScopeMemory:
         names = _tool_names(prepared.planned)
         if fresh and names and names not in self.tools:
             self.tools[names] = prepared.state.tools
+            self.tool_bytes += _tool_set_bytes(prepared.state.tools)
             while len(self.tools) > self.max_tool_sets:
-                self.tools.popitem(last=False)
+                self.forget_oldest()
+
+    def estimated_bytes(self) -> int:
+        """Estimated bytes this scope holds: its tool sets and its planner's families."""
+        return SCOPE_BYTES + self.tool_bytes + self.keys.estimated_bytes()
+
+    def forget_oldest(self) -> bool:
+        """Forget the least recently remembered tool set, else the planner's least recently used family (a memory
+        bound's eviction); False when nothing is left."""
+        if self.tools:
+            _, old = self.tools.popitem(last=False)
+            self.tool_bytes -= _tool_set_bytes(old)
+            return True
+        return self.keys.forget_oldest()
+
+
+def _tool_set_bytes(tools: ToolMemory) -> int:
+    return TOOL_SET_BYTES + TOOL_SET_BYTES_PER_BYTE * sum(len(b.data) + len(b.env) for b in tools.blocks.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +294,21 @@ class SessionPipeline:
             if blocks[i].data[:1] == b'"':
                 blocks[i] = reshaped(api, blocks[i], marker)
         return rebuild(planned, blocks, (rep,))
+
+    def unchanged(self, prepared: Prepared, body: dict[str, Any]) -> Prepared:
+        """``prepared`` (of this pipeline, for the client's ``body``) as if ``body`` had been sent unchanged: for a
+        door that sends the original because writing the planned body failed (fail open), so that the state
+        committed is what went out. Nothing repaired or marked, no routing key or header of agentcache's."""
+        st = self.state
+        last, client = st.sent, prepared.client
+        before = last.request if last is not None else None
+        sent = Sent(client, body, client, {}, _cache_key(last, client))
+        state = replace(prepared.state, sent=sent, client_body=None, tools=st.tools.after(client, before),
+                        routing_key=st.routing_key)  # fmt: skip
+        return replace(
+            prepared, body=body, planned=client, repairs=(), markers=(), marker_reasons=(), ttl=None,
+            plan=TargetPlan(), state=state, headers=(), diagnosed=False,
+        )  # fmt: skip
 
     def responded(self, prepared: Prepared, response_id: str) -> None:
         """The response to ``prepared`` (committed) arrived with ``response_id``: the next request is compared with

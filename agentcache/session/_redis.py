@@ -328,6 +328,11 @@ class RedisStore:
         """Sessions this replica holds a local copy of."""
         return len(self._local)
 
+    @property
+    def local_bytes(self) -> int:
+        """Estimated bytes of the local copies (bounded by ``max_bytes``)."""
+        return self._bytes
+
     def get(self, tenant: str, sid: str) -> Session | None:
         """This replica's local copy of ``(tenant, sid)``, or None."""
         return self._local.get((tenant, sid))

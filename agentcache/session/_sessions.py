@@ -28,10 +28,11 @@ sink, outside the lock. Usage totals per session and per lineage are this proces
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._log import get_logger
+from ..model._bounded import bounded
 from ..model._fields import LifecycleEvent, TurnReport
 from ..model._rawjson import RawBody
 from ..model._types import Api
@@ -47,7 +48,6 @@ from ._turn import Turn, build_report
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "Lineage", "SessionClosedError", "Sessions"]
 
 log = get_logger("agentcache.session")
-_MAX_ID = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +98,23 @@ class Sessions(Manager):
         return sess
 
     def _identify(self, identity: Identity, api: Api, body: dict[str, Any], raw: RawBody | None) -> _Who:
-        """Whose request this is, by the precedence of the module docstring (no store call)."""
+        """Whose request this is, by the precedence of the module docstring (no store call). Every id a client
+        chose is kept :func:`~agentcache.model._bounded.bounded`."""
+        who = self._who(identity, api, body, raw)
+        parent = bounded(who.parent) if who.parent is not None else None
+        return who if parent is who.parent else replace(who, parent=parent)
+
+    def _who(self, identity: Identity, api: Api, body: dict[str, Any], raw: RawBody | None) -> _Who:
         if identity.session:
-            return _Who(identity.session[:_MAX_ID], True, NO_CHECKPOINTS, identity.parent)
+            return _Who(bounded(identity.session), True, NO_CHECKPOINTS, identity.parent)
         if identity.declared and identity.declared_lineage:
-            lineage = identity.declared[:_MAX_ID]
+            lineage = bounded(identity.declared)
             cps = checkpoints_of(api, body, raw, scope=lineage)
             return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")))
         if identity.declared:
-            return _Who(identity.declared[:_MAX_ID], True, NO_CHECKPOINTS, identity.parent or identity.declared_parent)
+            return _Who(bounded(identity.declared), True, NO_CHECKPOINTS, identity.parent or identity.declared_parent)
         if identity.cache_key:
-            return _Who(identity.cache_key[:_MAX_ID], True, NO_CHECKPOINTS, identity.parent)
+            return _Who(bounded(identity.cache_key), True, NO_CHECKPOINTS, identity.parent)
         if identity.infer:
             return _Who(None, False, checkpoints_of(api, body, raw), identity.parent)
         return _Who(new_session_id(), True, NO_CHECKPOINTS, identity.parent)
@@ -122,7 +128,7 @@ class Sessions(Manager):
             return new_session_id(), who.parent
         if not live and who.loop:
             return who.lineage, who.parent
-        return f"{who.lineage}/{new_session_id()}"[:_MAX_ID], who.lineage
+        return bounded(f"{who.lineage}/{new_session_id()}"), who.lineage
 
     def begin(
         self,
@@ -266,7 +272,7 @@ class Sessions(Manager):
             # Learned when prepared, not committed: siblings launched together are prepared before any answers.
             with self._lock:
                 state = self._lineage(sess.lineage)
-                state.sibling = prepared.client.chain[:SIBLING_BLOCKS]
+                self._set_sibling(state, prepared.client.chain[:SIBLING_BLOCKS])
                 if at is not None:
                     state.spawns = (*state.spawns[-31:], at)
         wire = annotate(prepared.body, sess.signal, base_url, tuple(self.sinks))
@@ -340,6 +346,7 @@ class Sessions(Manager):
         state.routing_key = state.routing_key or turn.prepared.state.routing_key
         if isinstance(self.store, MemoryStore):
             events.extend(old.event("close", now, "evicted") for old in self.store.over_budget(now, sess))
+        self._bound_scopes()
 
     def finish_turn(self, turn: Turn, usage: CacheUsage | None, duration: float | None, cut: bool) -> TurnReport | None:
         """See :meth:`Turn.finish`."""

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..adapters import canonicalize
 from ..analysis._repair import Sent, ToolMemory
-from ..model._canonical import unmarked, value_digest
+from ..model._canonical import unmarked
+from ..model._equivalence import value_digest
 from ..model._types import Api
 from ..policies.volatility import VolatileMemory
 from ..targets import Target
@@ -81,8 +82,8 @@ def restore(pipe: SessionPipeline, doc: Mapping[str, Any]) -> None:
             shell = {"model": request.model, "tools": units, "input" if api == Api.OPENAI_RESPONSES else "messages": []}
             blocks = [b for b in canonicalize(api, shell).blocks if b.section == "tool"]
             tools = ToolMemory(
-                {value_digest(b): u for b, u in zip(blocks, units, strict=True)},
-                {value_digest(b): b for b in blocks},
+                {value_digest(b, api): u for b, u in zip(blocks, units, strict=True)},
+                {value_digest(b, api): b for b in blocks},
                 tuple(doc.get("tool_order") or ()),
             )
     edits, tail, rewrite = doc.get("learned") or ((), 0, None)

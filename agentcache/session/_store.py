@@ -12,12 +12,12 @@ everything in this process, :class:`~agentcache.session.RedisStore` shares it be
   session's ``version``). Otherwise it returns False and touches nothing; a late response never changes state;
 * ``close`` and ``sweep`` (idle sessions) end a generation exactly once, returning the sessions they closed.
 
-Bounded: at most ``max_open`` live sessions, ``max_tombstones`` closed ids remembered, and the memory budget
-``max_bytes``: the estimated bytes of what :class:`MemoryStore` holds (each session's pipeline state, its
-prefix-index entries at :data:`INDEX_ENTRY_BYTES`, the tombstones at :data:`TOMBSTONE_BYTES`) plus whatever
-else grows with traffic that its owner reports through ``held`` (the proxy: its live report and key planners).
-Beyond either bound the least recently active session is closed (reason ``evicted``). Tombstones may take at
-most an eighth of the budget (fewer are then kept than ``max_tombstones``).
+Bounded: at most ``max_open`` live sessions, ``max_bytes`` of their estimated state (each session's pipeline state
+and its prefix-index entries at :data:`INDEX_ENTRY_BYTES`), and ``max_tombstones`` closed ids remembered (the
+oldest forgotten first, :data:`TOMBSTONE_BYTES` each). Beyond either session bound the least recently active
+session is closed (reason ``evicted``); nothing else counts against the sessions' bytes, so however much else a
+process holds, the sessions keep their room (the proxy gives each structure its own share:
+:mod:`agentcache.proxy._budget`).
 """
 
 from __future__ import annotations
@@ -196,11 +196,9 @@ class MemoryStore:
         max_bytes: int = DEFAULT_MAX_BYTES,
         index_checkpoints: int = DEFAULT_INDEX_CHECKPOINTS,
         min_inner_match: int = DEFAULT_MIN_INNER_MATCH,
-        held: Callable[[], int] | None = None,
     ) -> None:
         self.max_open, self.max_bytes = max_open, max_bytes
-        self.max_tombstones = max(1, min(max_tombstones, max_bytes // 8 // TOMBSTONE_BYTES))
-        self.held = held
+        self.max_tombstones = max(1, max_tombstones)
         self.index_checkpoints, self.min_inner_match = index_checkpoints, min_inner_match
         self._live: OrderedDict[tuple[str, str], Session] = OrderedDict()  # least recently active first
         self._tombs: OrderedDict[tuple[str, str], Tombstone] = OrderedDict()
@@ -208,14 +206,19 @@ class MemoryStore:
         self._bytes = 0
 
     @property
-    def state_bytes(self) -> int:
-        """Estimated bytes the store holds: the live sessions' state, their index entries, the tombstones."""
-        return self._bytes + len(self._index) * INDEX_ENTRY_BYTES + len(self._tombs) * TOMBSTONE_BYTES
+    def session_bytes(self) -> int:
+        """Estimated bytes of the live sessions' state and their index entries (bounded by ``max_bytes``)."""
+        return self._bytes + len(self._index) * INDEX_ENTRY_BYTES
 
-    def budget_bytes(self) -> int:
-        """Estimated bytes counted against ``max_bytes``: :attr:`state_bytes` plus ``held()``."""
-        held = self.held() if self.held is not None else 0
-        return self.state_bytes + held
+    @property
+    def tombstone_bytes(self) -> int:
+        """Estimated bytes of the tombstones (bounded by ``max_tombstones``)."""
+        return len(self._tombs) * TOMBSTONE_BYTES
+
+    @property
+    def state_bytes(self) -> int:
+        """Estimated bytes the store holds: :attr:`session_bytes` and :attr:`tombstone_bytes`."""
+        return self.session_bytes + self.tombstone_bytes
 
     def find(self, tenant: str, checkpoints: Checkpoints) -> str | None:
         """See :meth:`SessionStore.find`."""
@@ -283,10 +286,12 @@ class MemoryStore:
         return True
 
     def over_budget(self, now: float, keep: Session) -> list[Session]:
-        """Close least recently active sessions (not ``keep``) while :meth:`budget_bytes` is over ``max_bytes``."""
+        """Close least recently active sessions (not ``keep``) while :attr:`session_bytes` is over ``max_bytes``; a
+        ``keep`` larger than ``max_bytes`` alone cannot be held: it is closed itself, the others stay."""
         out: list[Session] = []
-        held = self.held() if self.held is not None else 0  # what the store cannot free: read once
-        while self.state_bytes + held > self.max_bytes and len(self._live) > 1:
+        if keep.size > self.max_bytes and self._live.get((keep.tenant, keep.session_id)) is keep:
+            return [self._retire(keep, "evicted", now)]
+        while self.session_bytes > self.max_bytes and len(self._live) > 1:
             old = next(iter(self._live.values()))
             if old is keep:
                 break

@@ -84,6 +84,12 @@ class Turn:
         self.committed: bool | None = None
         self.done = False
 
+    def send_original(self, body: dict[str, Any]) -> None:
+        """The door sends the client's own ``body`` instead of :attr:`body` (writing the prepared body failed: fail
+        open): the turn becomes that body, unchanged, so a commit records what actually went out."""
+        self.prepared = self.session.pipeline.unchanged(self.prepared, body)
+        self.body = body
+
     def commit(self) -> bool:
         """Record the request as sent (the upstream accepted it); False when the turn is stale."""
         return self.session.manager.commit_turn(self)

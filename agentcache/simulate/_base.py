@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from ..model._bounded import bounded
 from ..model._canonical import CanonicalRequest
 from ..model._rules import normalize_model
 
 S = TypeVar("S")
 
-#: Distinct models one simulator keeps a cache scope for. ``model`` is chosen by the client, so once this many
-#: scopes exist every further model's requests share the scope :data:`OTHER_MODEL` (their prefixes still
-#: differ, so sharing only merges unrelated entries; the price of each request is still its own model's).
+#: Distinct models one simulator keeps a cache scope for. ``model`` is chosen by the client, so beyond this many
+#: the least recently used model's scope is dropped (its cache starts over if the model comes back: a brief
+#: under-count of reuse, never a scope pinned for the process's life); model names are kept bounded.
 MAX_MODEL_SCOPES = 32
-OTHER_MODEL = "other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,25 +123,27 @@ class Simulator(Protocol):
 
 
 class ModelScopes(Generic[S]):
-    """A simulator's per-model cache scopes, at most ``limit`` of them (see :data:`MAX_MODEL_SCOPES`).
-    ``get(model)`` returns the scope of ``model`` (normalised: ``normalize_model``), created by ``factory``."""
+    """A simulator's per-model cache scopes, at most ``limit`` of them, least recently used dropped first (see
+    :data:`MAX_MODEL_SCOPES`). ``get(model)`` returns the scope of ``model`` (normalised: ``normalize_model``, and
+    :func:`~agentcache.model._bounded.bounded`), created by ``factory``."""
 
     __slots__ = ("_factory", "_scopes", "limit")
 
     def __init__(self, factory: Callable[[], S], limit: int = MAX_MODEL_SCOPES) -> None:
         self._factory = factory
-        self._scopes: dict[str, S] = {}
+        self._scopes: OrderedDict[str, S] = OrderedDict()
         self.limit = max(1, limit)
 
     def get(self, model: str) -> S:
-        key = normalize_model(model)
+        """The scope of ``model`` (see the class docstring)."""
+        key = normalize_model(bounded(model))
         scope = self._scopes.get(key)
         if scope is None:
-            if len(self._scopes) >= self.limit - 1:
-                key = OTHER_MODEL  # the last slot is the shared one
-                scope = self._scopes.get(key)
-            if scope is None:
-                scope = self._scopes[key] = self._factory()
+            scope = self._scopes[key] = self._factory()
+            while len(self._scopes) > self.limit:
+                self._scopes.popitem(last=False)
+        else:
+            self._scopes.move_to_end(key)
         return scope
 
     def values(self) -> Iterator[S]:

@@ -29,6 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..model import _causes as C
+from ..model._bounded import bounded
 from ..model._canonical import CanonicalRequest
 from ..model._rules import OpenAIRules, openai_rules
 from ._base import ModelScopes, SeenIndex, SimResult, SimUsage
@@ -73,10 +74,11 @@ def routing_hash(req: CanonicalRequest, prefix_tokens: int) -> bytes:
 
 def partition_key(cache_key: object) -> str:
     """The partition a ``prompt_cache_key`` routes to: the string itself, ``""`` when absent; a value that is no
-    string (a list or an object: the API rejects it, but the simulator must not fail on it) as its JSON text."""
+    string (a list or an object: the API rejects it, but the simulator must not fail on it) as its JSON text;
+    either :func:`~agentcache.model._bounded.bounded` (a client chooses it)."""
     if cache_key is None or isinstance(cache_key, str):
-        return cache_key or ""
-    return json.dumps(cache_key, sort_keys=True, default=repr)
+        return bounded(cache_key or "")
+    return bounded(json.dumps(cache_key, sort_keys=True, default=repr))
 
 
 def cached_tokens(tokens: int, rules: OpenAIRules) -> int:

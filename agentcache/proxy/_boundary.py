@@ -1,0 +1,123 @@
+"""The proxy's boundary: what every request goes through before a route sees it.
+
+* **One path.** The request path is normalised once, as the upstream will read it, before anything decides on it:
+  dot segments are removed (RFC 3986 §5.2.4, with ``%2E`` counted as ``.``: percent-encoded unreserved characters
+  are those characters, §6.2.2.2), so ``/v1/../agentcache/v1/report`` is routed, and forwarded, as
+  ``/agentcache/v1/report``: a request reaches the upstream under the path that was checked, never another (the HTTP
+  client would remove the dot segments after the check). The routes and :meth:`ProxyState.url
+  <agentcache.proxy._state.ProxyState.url>` read the normalised ``path`` and ``raw_path``.
+* **agentcache's namespace, however it is spelt.** :func:`own_path` decides whether a path is agentcache's own as
+  a lenient upstream might read it: letters in any case, ``\\`` as ``/``, repeated slashes as one, control
+  characters (``%00``) dropped. Such a path is served only when it is exactly an endpoint's; any other spelling
+  (``//agentcache/...``, ``/agentcache%00/...``, ``/METRICS``) is answered 404 by the namespace, never relayed with
+  the caller's credentials.
+* **A body read deadline.** Waiting for the next chunk of a request body takes at most ``body_timeout`` seconds
+  (:class:`BodyTimeout` is raised in the route, which answers 408): a trickling client cannot hold a request, and
+  the connection under it, for ever. Once the body is complete, or the response started, ``receive`` waits as long
+  as it takes (for a disconnect while the response streams for minutes).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import unquote
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["BodyTimeout", "Boundary", "clean_path", "own_path"]
+
+_DOT = {b".", b"%2e", b"%2E"}
+_DOTDOT = {a + b for a in _DOT for b in _DOT}
+
+
+class BodyTimeout(Exception):
+    """The client sent no chunk of its request body for ``body_timeout`` seconds."""
+
+
+def clean_path(raw: bytes) -> bytes:
+    """``raw`` (a request path, percent-encoded as sent) without dot segments (see the module docstring); other
+    bytes are kept as sent. A path not starting with ``/`` (``*``) is returned as it is."""
+    if not raw.startswith(b"/"):
+        return raw
+    segments = raw[1:].split(b"/")
+    out: list[bytes] = []
+    for i, seg in enumerate(segments):
+        last = i == len(segments) - 1
+        if seg in _DOT or seg in _DOTDOT:
+            if seg in _DOTDOT and out:
+                out.pop()
+            if last:
+                out.append(b"")  # "/a/." and "/a/b/.." end in "/a/"
+        else:
+            out.append(seg)
+    return b"/" + b"/".join(out)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SLASHES = re.compile(r"/+")
+
+
+def own_path(path: str) -> bool:
+    """Whether the (percent-decoded, :func:`clean_path`-normalised) ``path`` is in agentcache's namespace as a
+    lenient upstream might read it: ``/agentcache``, ``/agentcache/...`` or ``/metrics``, in any case, with
+    backslashes, repeated slashes, control characters or one more level of percent-encoding (see the module
+    docstring)."""
+    folded = path
+    for _ in range(3):  # until nothing changes: "%2561" is "%61" is "a"
+        before = folded
+        folded = _SLASHES.sub("/", _CONTROL.sub("", unquote(folded).replace("\\", "/")).lower())
+        folded = clean_path(folded.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
+        if folded == before:
+            break
+    return folded in ("/agentcache", "/metrics", "/metrics/") or folded.startswith("/agentcache/")
+
+
+class Boundary:
+    """ASGI middleware applying the module docstring to every HTTP request: one path, and the body read deadline
+    (``body_timeout`` seconds; None: none)."""
+
+    def __init__(self, app: ASGIApp, body_timeout: float | None = None) -> None:
+        self.app = app
+        self.body_timeout = body_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one connection event (see the class docstring)."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogatepass")
+        path = clean_path(raw)
+        if path != raw:
+            scope = {**scope, "raw_path": path, "path": unquote(path.decode("latin-1"))}  # as uvicorn decodes it
+        if self.body_timeout is None:
+            await self.app(scope, receive, send)
+            return
+        state = {"waiting": True}  # the body is not complete and no response has started yet
+
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["waiting"] = False
+            await send(message)
+
+        await self.app(scope, self._deadline(receive, state, self.body_timeout), sent)
+
+    @staticmethod
+    def _deadline(receive: Receive, state: dict[str, bool], timeout: float) -> Receive:
+        """``receive`` bounded by ``timeout`` seconds while ``state["waiting"]``: until the body is complete or the
+        response started (a relayed response may start before the client finished its body; it waits then)."""
+
+        async def bounded() -> Message:
+            if not state["waiting"]:
+                return await receive()
+            try:
+                with anyio.fail_after(timeout):
+                    message: Any = await receive()
+            except TimeoutError:
+                raise BodyTimeout(f"no request body bytes for {timeout:g} s") from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                state["waiting"] = False
+            return message  # type: ignore[no-any-return]
+
+        return bounded
