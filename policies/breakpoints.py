@@ -38,7 +38,7 @@ from agentcache.model._canonical import CanonicalRequest, Marker, common_prefix,
 from agentcache.model._rules import AnthropicRules
 
 _NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})
-_SYSTEM_MESSAGE_ENV = b'{"role":"system"}'
+_SYSTEM_MESSAGE_ENV = b'{"role":"system"'  # an envelope's start: the role comes first, other keys may follow
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,9 @@ def eligible(req: CanonicalRequest, i: int) -> bool:
     if b.is_option or b.empty or b.kind in _NO_MARKER_KINDS:
         return False
     # A role "system" message's string content keeps the client's shape (see the module docstring).
-    return not (b.section == "message" and b.env == _SYSTEM_MESSAGE_ENV and b.data[:1] == b'"')
+    n = len(_SYSTEM_MESSAGE_ENV)
+    system = b.env[:n] == _SYSTEM_MESSAGE_ENV and b.env[n : n + 1] in (b"}", b",")
+    return not (b.section == "message" and system and b.data[:1] == b'"')
 
 
 def _last_eligible(req: CanonicalRequest, end: int, start: int = 0) -> int | None:

@@ -96,7 +96,6 @@ class ProxyState:
         limits = {
             "max_open": c.max_sessions,
             "max_bytes": c.max_state_mb * 1024 * 1024,
-            "index_checkpoints": c.index_checkpoints,
             "min_inner_match": c.min_inner_match,
         }
         if c.redis_url:
