@@ -176,13 +176,24 @@ def test_openai_compare_key_strategies_on_tau_bench() -> None:
 
 def test_openai_compare_breakpoints_where_the_model_takes_them() -> None:
     assert openai_rules("gpt-5.6").breakpoints and not openai_rules("gpt-4o").breakpoints
-    report = audit(_tau(30, "gpt-5.6"), compare=True)
-    t = report.totals
-    assert list(t)[-1] == "breakpoints"
-    # The explicit system breakpoint lets every session read the shared static prefix exactly.
+    records = _tau(30, "gpt-5.6")
+    strings = audit(records, compare=True).totals
+    assert list(strings)[-1] == "breakpoints"
+    # tau-bench's system prompt is a string, kept one (never reshaped to carry a breakpoint): no system breakpoint.
+    assert strings["breakpoints"].cache_read_tokens == strings["lineage_keys"].cache_read_tokens
+    # Sent as a text part, the explicit system breakpoint lets every session read the shared static prefix exactly.
+    parts = [replace(r, body={**r.body, "messages": [_system_parts(m) for m in r.body["messages"]]}) for r in records]
+    t = audit(parts, compare=True).totals
     assert t["breakpoints"].cache_read_tokens > t["lineage_keys"].cache_read_tokens
     assert t["breakpoints"].hit_rate <= t["ideal"].hit_rate
     assert t["random_key"].hit_rate < t["conversation_key"].hit_rate <= t["lineage_keys"].hit_rate
+
+
+def _system_parts(message: dict[str, Any]) -> dict[str, Any]:
+    """A string ``role: "system"`` message as the one-text-part list it means."""
+    if message.get("role") != "system" or not isinstance(message.get("content"), str):
+        return message
+    return {**message, "content": [{"type": "text", "text": message["content"]}]}
 
 
 def test_key_arms_keys() -> None:

@@ -18,6 +18,8 @@ from agentcache.policies import KeyPlanner, apply_strategy, choose_ttl, jump_has
 from agentcache.policies.volatility import MOVED_PREFIX
 from agentcache.session._pipeline import ScopeMemory, SessionPipeline
 
+from .clients.fake_upstream import unmarked
+from .clients.harness import markers
 from .conftest import CASES, anthropic_messages, anthropic_tools, policy
 
 RULES = anthropic_rules("claude-opus-4-8")
@@ -198,13 +200,30 @@ def test_settings_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_pipeline_exposes_keep_warm_decisions() -> None:
     case = json.loads((CASES / "ttl-expired-after-7-minutes.json").read_text())
     auto, pinned = SessionPipeline("anthropic"), SessionPipeline("anthropic", settings=Settings(ttl_policy="5m"))
+    own = SessionPipeline("anthropic")  # the same requests without the client's markers
     assert pinned.keep_warm() is None  # nothing sent yet
-    for pipe in (auto, pinned):
+    for pipe in (auto, pinned, own):
         for r in case["requests"]:
-            prep = pipe.prepare("anthropic.messages", r["body"], now=r["at"])
+            body = unmarked(r["body"]) if pipe is own else r["body"]
+            prep = pipe.prepare("anthropic.messages", body, now=r["at"])
             pipe.commit(prep)
-    # After a 420 s gap the TTL policy already moved to 1h: nothing to keep warm.
-    assert auto.keep_warm() is not None and auto.keep_warm().send is False  # type: ignore[union-attr]
+    # After a 420 s gap the TTL policy already moved agentcache's own markers to 1h: nothing to keep warm ...
+    assert own.keep_warm() is not None and own.keep_warm().send is False  # type: ignore[union-attr]
+    assert {m.ttl for _, m in own.sent.markers()} == {"1h"}  # type: ignore[union-attr]
+    # ... but the client's own markers ask for 5m, kept by value (an own 1h marker may only precede them), so its
+    # entries expire as before the policy.
+    client = {p for p, _ in markers(case["requests"][-1]["body"]).items()}
+    sent = auto.sent
+    assert (
+        sent is not None
+        and {sent.blocks[i].path: m.ttl for i, m in sent.markers()}.items()
+        >= {
+            ("system[0]", "5m"),
+            ("messages[4].content[0]", "5m"),
+        }
+        and len(client) == 2
+    )
+    assert auto.keep_warm() == pinned.keep_warm()
     pipe = pinned
     d = pipe.keep_warm()  # 5m entries, one 420 s gap seen: one refresh bridges it
     assert d is not None and d.send and d.count == 1 and d.first_at == 270.0

@@ -58,7 +58,7 @@ class OpenAITarget(Target):
         bp = plan_openai_breakpoints(rep, hints, rules.max_explicit_with_implicit)
         paths = tuple(rep.blocks[i].path for i in bp.markers)
         reasons = tuple(bp.reasons[i] for i in bp.markers)
-        wire = WirePlan(cache_key=wire.cache_key, markers=tuple((p, "30m") for p in paths))
+        wire = WirePlan(cache_key=wire.cache_key, markers=tuple(zip(paths, bp.markers.values(), strict=True)))
         reshapes = any(rep.blocks[i].data[:1] == b'"' for i in bp.markers)
         return TargetPlan(wire, bp.markers, None, paths, reasons, None, reshapes, key, family)
 
