@@ -108,13 +108,12 @@ def _tool_names(req: CanonicalRequest) -> frozenset[str]:
 
 def learn(old: Learned, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> Learned:
     """The client habits after the repaired request ``new``, given how it relates to the last sent ``prev``."""
+    if div.ephemeral:  # the client dropped trailing blocks of its last message and went on: they are ephemeral
+        return Learned(old.edit_points, div.ephemeral, old.rewrite_at)
     if div.cause is None or div.cause in REPAIRABLE_BREAKS:
         return old  # same meaning: nothing to learn about the client
     edits, tail, rewrite = list(old.edit_points), 0, old.rewrite_at
     before = prev.blocks[div.shared_blocks]
-    if before.message is not None and before.message == prev.messages - 1 and new.messages > prev.messages:
-        # The client dropped trailing blocks of its last message and went on: they are ephemeral.
-        tail = sum(1 for b in prev.blocks[div.shared_blocks :] if not b.is_option)
     if div.cause == MESSAGES_EDITED and before.message is not None:
         edits.append(before.message)
         growth = max(1, new.messages - prev.messages)
@@ -195,7 +194,7 @@ class SessionPipeline:
         repair = plan_repairs(work, work_body, last, tools)
         rep = repaired_request(work, repair, (last.request,) if last is not None else ())
         learned = st.learned
-        if last is not None and div is not None and div.cause is not None:
+        if last is not None and div is not None and (div.cause is not None or div.ephemeral):
             learned = learn(st.learned, last.request, rep, diagnose(last.request, rep))
         key = st.routing_key or routing_key
         inp = PlanInput(
