@@ -257,9 +257,11 @@ def test_overflow_only_with_real_times() -> None:
     # ~240 requests/min on one prefix without a key spill over ~16 machines; one key per conversation (~6 rpm)
     # never does; the lineage keys shard the prefix's rate.
     assert t["no_key"].hit_rate < t["lineage_keys"].hit_rate
-    # 40 sessions starting within 10 s: the young family's rate is extrapolated, so they get enough shards at
-    # once (before: 27 of 40 kept shard 0's key and overflowed it, 81.9% vs 89.8% per conversation)
-    assert t["lineage_keys"].hit_rate > t["conversation_key"].hit_rate - 0.01
+    # 40 sessions starting within 10 s: once the young family has sent more than one key's minute, its rate so
+    # far is taken for the minute, so the later sessions get enough shards at once (counting alone: 27 of 40 kept
+    # shard 0's key and overflowed it, 81.9% vs 89.8% per conversation; 87.1% with the burst rule, which shards no
+    # family below one key's minute: issue 23, where extrapolating one agent's 3 requests in 10 s cost 33% more)
+    assert t["no_key"].hit_rate < t["lineage_keys"].hit_rate > t["conversation_key"].hit_rate - 0.03
     assert t["no_key"].hit_rate < u["no_key"].hit_rate
     assert t["conversation_key"].cache_read_tokens == u["conversation_key"].cache_read_tokens
     # agentcache's arm on tau-bench (no repairs) is exactly its lineage keys, timed or not.

@@ -64,31 +64,43 @@ def test_jump_hash_is_consistent() -> None:
     assert 0 < moved < 2000 * 0.35  # about 1/5 move, never most
 
 
-def test_key_planner_shards_above_the_rate_and_keeps_lineages() -> None:
+def test_key_planner_shards_only_for_a_sustained_rate_over_several_lineages() -> None:
     kp = KeyPlanner(rpm_per_key=15)
     first = kp.key("fam", "lineage-a", 0.0)
     assert kp.shards("fam") == 1  # asking for a key counts nothing: only a sent request is recorded
-    kp.record("fam", 0.0)
+    kp.record("fam", 0.0, "lineage-a")
     assert first == kp.key("fam", "lineage-a", 1.0) == "ac-fam-0"
-    kp.record("fam", 1.0)
-    for i in range(60):
-        kp.key("fam", f"l{i}", 2.0 + i * 0.5)
-        kp.record("fam", 2.0 + i * 0.5)  # 60 requests in 30 s
-    # 62 requests in the family's first 31.5 s: a rate of ~118/min (extrapolated to the minute), 15 per key
-    assert kp.shards("fam") == 8
-    # a young family's rate is extrapolated over at least RATE_FLOOR seconds: two quick requests are no burst
-    quick = KeyPlanner(rpm_per_key=15)
-    quick.record("f", 0.0)
-    quick.record("f", 1.0)
-    assert quick.shards("f") == 1
-    assert len({kp.key("fam", f"l{i}", 40.0) for i in range(40)}) > 1
+    # One agent's quick requests are no rate to shard for (issue 23: 3 requests in 10 s once made 2 keys).
+    for t in (1.0, 5.0, 9.0):
+        kp.record("fam", t, "lineage-a")
+    assert kp.shards("fam") == 1
+    # Nor is one lineage's own traffic, however fast: its requests all carry one key.
+    for i in range(40):
+        kp.record("fam", 10.0 + i * 0.5, "lineage-a")
+    assert kp.shards("fam") == 1 and kp.key("fam", "lineage-b", 30.0) == "ac-fam-0"
+    # Several lineages: counted while under one key's minute, ...
+    busy = KeyPlanner(rpm_per_key=15)
+    for i in range(15):
+        busy.record("f", i * 0.5, f"l{i}")
+    assert busy.shards("f") == 1  # 15 requests of 15 lineages in 7 s: still one key's minute
+    # ... and past it within a young window, a burst: its rate so far taken for the minute (16 in 7.5 s over the
+    # 10 s floor: 96/min), at most one shard per lineage
+    busy.record("f", 7.5, "l15")
+    assert busy.shards("f") == 7
+    for i in range(46):
+        busy.record("f", 60.0 + i * 1.5, f"l{i % 20}")
+    assert busy.shards("f") == 3  # steady: the last minute's 40 requests of 20 lineages, 15 per key
+    assert len({busy.key("f", f"new{i}", 128.0) for i in range(40)}) > 1
+    # The count follows the traffic down: a minute later new lineages share one key again.
+    busy.record("f", 300.0, "late")
+    assert busy.shards("f") == 1 and busy.key("f", "new1", 301.0) == "ac-f-0"
 
 
 def test_key_planner_forgets_the_least_recently_used_families() -> None:
     kp = KeyPlanner(rpm_per_key=1, max_families=3)
     for t in range(3):
-        kp.record("busy", float(t))
-    assert kp.shards("busy") == 18  # 3 requests in a young family's first 10 s: 18/min at 1 per key
+        kp.record("busy", float(t), f"l{t}")
+    assert kp.shards("busy") == 3  # 3 requests of 3 lineages in the last minute, 1 per key
     for i in range(10):  # a timestamp in the system prompt: a new family on every request
         kp.record(f"f{i}", 10.0)
     assert len(kp._times) == 3 and kp.shards("busy") == 1  # bounded; a forgotten family starts over

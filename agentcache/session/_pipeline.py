@@ -48,10 +48,11 @@ class ScopeMemory:
     max_tool_sets: int = 1024
     keys: KeyPlanner = field(default_factory=KeyPlanner)
 
-    def record(self, prepared: Prepared, fresh: bool) -> None:
-        """Count ``prepared`` as sent: its routing key's family, and its tools if it opened a session."""
+    def record(self, prepared: Prepared, fresh: bool, lineage: str = "") -> None:
+        """Count ``prepared`` as sent by ``lineage``: its routing key's family, and its tools if it opened a
+        session."""
         if prepared.plan.family is not None:
-            self.keys.record(prepared.plan.family, prepared.at)
+            self.keys.record(prepared.plan.family, prepared.at, lineage)
         names = _tool_names(prepared.planned)
         if fresh and names and names not in self.tools:
             self.tools[names] = prepared.state.tools
@@ -276,7 +277,7 @@ class SessionPipeline:
         """Record ``prepared`` as sent: the session's state becomes ``prepared.state``."""
         fresh = self.state.sent is None
         self.state = prepared.state
-        self.scope.record(prepared, fresh)
+        self.scope.record(prepared, fresh, self.lineage)
 
     def snapshot(self) -> dict[str, Any]:
         """The session's state as a JSON-ready document (see :func:`snapshot`)."""
