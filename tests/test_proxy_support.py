@@ -298,9 +298,10 @@ def test_fake_upstream_reports_growing_cache_reads() -> None:
 
 
 class ServerThread:
-    """An ASGI app served by uvicorn on a free loopback port, in a background thread."""
+    """An ASGI app served by uvicorn on a free loopback port, in a background thread. ``options``: more
+    ``uvicorn.Config`` options (the proxy's own: ``agentcache.proxy._serve.SERVER_OPTIONS``)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, **options: Any) -> None:
         import socket
         import threading
 
@@ -309,7 +310,7 @@ class ServerThread:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port: int = s.getsockname()[1]
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", **options)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -41,6 +42,7 @@ from ._admin import NAMESPACE_ROUTE, PathRoute, close_route, metrics_denied, nam
 from ._config import ProxyConfig
 from ._core import handle_api, relay
 from ._errors import ROUTES, style_for
+from ._forward import DateHeader
 from ._sessions import tenant_of
 from ._state import ProxyState
 
@@ -143,6 +145,8 @@ def create_app(
         async with state.running():
             yield
 
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled})
+    # One date header per response: the upstream's when relayed, else the proxy's own (the server adds none).
+    dated = [Middleware(DateHeader)]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled}, middleware=dated)
     app.state.proxy = state
     return app

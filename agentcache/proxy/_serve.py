@@ -18,12 +18,16 @@ from .._log import get_logger
 from ._app import create_app
 from ._config import ProxyConfig, is_loopback, unknown_env
 
-__all__ = ["serve"]
+__all__ = ["SERVER_OPTIONS", "serve"]
 
 log = get_logger("agentcache.proxy")
 
 #: Seconds in-flight requests (streams included) may take to finish once a stop is asked; then they are cut.
 DRAIN_TIMEOUT_S = 10
+
+#: uvicorn options of the proxy's server: the upstream's own ``server`` and ``date`` headers are relayed, one of
+#: each (the proxy's own answers get a ``date`` from :class:`~agentcache.proxy._forward.DateHeader`).
+SERVER_OPTIONS: dict[str, bool] = {"server_header": False, "date_header": False}
 
 
 class _Terminated(BaseException):
@@ -57,7 +61,7 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=DRAIN_TIMEOUT_S,
-        server_header=False,  # the upstream's own server header is relayed; one is enough
+        **SERVER_OPTIONS,
     )
     # Bound and listening here, so the start line names the port (the OS's for --port 0) and a client that reads it
     # and connects at once is queued until uvicorn accepts, not refused.
