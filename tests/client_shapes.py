@@ -174,6 +174,17 @@ def aider_chat(prompt: str, history: tuple[tuple[str, str], ...] = ()) -> dict[s
     return {"model": "gpt-4.1", "messages": messages, "temperature": 0}
 
 
+def aider_anthropic(prompt: str, history: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    """The same request in Anthropic mode: the system prompt apart, each message a one-text-block list, the rules
+    appended to the prompt (no trailing system message), markers at the end of the examples and the files turns."""
+    pairs = [*AIDER_OPENING, *history, *AIDER_FILES, ("user", prompt + "\n\n# *SEARCH/REPLACE block* Rules: ...")]
+    messages = [{"role": r, "content": [{"type": "text", "text": t}]} for r, t in pairs]
+    for i in (len(AIDER_OPENING) - 1, len(pairs) - 2):
+        messages[i]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    body = {"model": "claude-sonnet-4-20250514", "messages": messages, "temperature": 0, "max_tokens": 64000}
+    return {**body, "system": [{"type": "text", "text": policy()}]}
+
+
 def aider_restored(prompt: str, answer: str) -> tuple[tuple[str, str], ...]:
     """A chat as ``--restore-chat-history`` gives it back: the whitespace around each text rewritten."""
     return (("user", prompt + "  \n"), ("assistant", "\n" + answer + "\n\n"))

@@ -11,6 +11,7 @@ from agentcache import Sessions
 from agentcache.session import Identity, declared_by
 from tests.client_shapes import (
     CC_SESSION,
+    aider_anthropic,
     aider_chat,
     aider_restored,
     cc_headers,
@@ -241,3 +242,15 @@ def test_aider_chats_sharing_their_opening_stay_apart_and_a_restored_chat_joins_
         return out
 
     _one_session_per_conversation(asyncio.run(scenario()))
+
+
+def test_aider_in_anthropic_mode_a_restored_chat_joins_its_own() -> None:
+    """In Anthropic mode aider appends its rules to the prompt it sends and restores the prompt alone: the final
+    message's first paragraph ties the follow-up to its chat."""
+    answer = "agentcache-fake answer: directive none, 0 tool result(s)."
+    bodies = [
+        ("one", aider_anthropic("Say hello.")),
+        ("two", aider_anthropic("Another chat.")),
+        ("one", aider_anthropic("And again.", aider_restored("Say hello.", answer))),
+    ]
+    _one_session_per_conversation(_post_all(bodies))

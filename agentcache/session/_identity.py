@@ -22,20 +22,20 @@ It **continues** a session when
 * its conversation strictly extends the session's last request (the client appended at least the answer): the
   deepest such *head* with the same prefix wins, else the deepest with any prefix; or, failing that,
 * it is that conversation *resumed with its history rewritten*: it carries the final item of the session's last
-  request, its text's surrounding whitespace aside, before its own last item, and either begins with the session's
-  opening (its first ``opening`` items, ``min_inner_match``) or has its tools and system (a restored transcript, an
-  elided tool output, an edited answer: aider re-reads its chat history from markdown and inserts it before its
-  files turns; Qwen Code's ``--continue`` drops the date reminder from the first message). The deepest such item
-  wins.
+  request (by its text's first paragraph, surrounding whitespace aside) before its own last item, and either begins
+  with the session's opening (its first ``opening`` items, ``min_inner_match``) or has its tools and system (a
+  restored transcript, an elided tool output, an edited answer: aider re-reads its chat history from markdown and
+  inserts it before its files turns; Qwen Code's ``--continue`` drops the date reminder from the first message).
+  The deepest such item wins.
 
 A request that merely *equals* another session's last request is a new conversation (a second run of the same
 task), and so is one that shares only an opening with a session (aider opens every chat with the same example
 exchange), so a conversation, once given a session, keeps it and two conversations never merge on their opening.
 Each live inferred session indexes four keys of its latest request: its chain head, that head keyed by its
-prefix digest, and its two *anchors* (its final item under its prefix, and under its opening). Two conversations with the same prefix and identical
-histories cannot be told apart without an explicit or declared id. Sessions with an explicit id are not indexed; a
-lineage the client declares (Claude Code's session id) is indexed on its own chain (``scope``), so inference
-inside it never reaches another lineage.
+prefix digest, and its two *anchors* (its final item under its prefix, and under its opening). Two conversations
+with the same prefix and identical histories cannot be told apart without an explicit or declared id. Sessions
+with an explicit id are not indexed; a lineage the client declares (Claude Code's session id) is indexed on its own
+chain (``scope``), so inference inside it never reaches another lineage.
 """
 
 from __future__ import annotations
@@ -95,9 +95,9 @@ class Identity:
 @dataclass(frozen=True, slots=True)
 class Checkpoints:
     """A request's keys in the prefix index: ``chain`` (element ``k`` names conversation items ``0..k``),
-    ``prefix``, the digest of its tools and system, and ``marks``, each item's digest with its text's surrounding
-    whitespace aside (what a resume is recognised by). :meth:`keyed` are the chain's hashes under that prefix;
-    :meth:`anchors` the keys of an item as the final item of a request like this one."""
+    ``prefix``, the digest of its tools and system, and ``marks``, each item's digest by its text's first paragraph,
+    surrounding whitespace aside (what a resume is recognised by). :meth:`keyed` are the chain's hashes under that
+    prefix; :meth:`anchors` the keys of an item as the final item of a request like this one."""
 
     chain: tuple[bytes, ...] = ()
     prefix: bytes = b""
@@ -178,8 +178,10 @@ def _plain(item: Any) -> tuple[str, str, str] | None:
 def _item_digests(api: str, item: Any, raw: RawBody | None) -> tuple[bytes, bytes]:
     """``(digest, mark)`` of one conversation item: of ``"\\x01<role>\\x00<text>[\\x00<other keys>]"`` when it is a
     role and a text (either form; the leading ``\\x01`` cannot begin a JSON text, so no other item's hash input
-    equals it), else of its source text (or encoding) with markers cut out. The mark is the digest with the text's
-    surrounding whitespace stripped (equal to the digest for any other item)."""
+    equals it), else of its source text (or encoding) with markers cut out. The mark is the digest of its text's
+    first paragraph, surrounding whitespace stripped (a resumed chat may come back with whitespace rewritten and
+    without what was appended to the prompt: aider in Anthropic mode appends its rules to the prompt it sends and
+    restores the prompt alone); for any other item, the digest."""
     plain = _plain(item)
     if plain is None:
         data = item_text(api, item, raw.text_of(item) if raw is not None else None).encode()
@@ -188,10 +190,10 @@ def _item_digests(api: str, item: Any, raw: RawBody | None) -> tuple[bytes, byte
     role, text, rest = plain
     tail = f"\x00{rest}" if rest else ""  # a message of role and content alone hashes as it always did
     d = blake2b(f"\x01{role}\x00{text}{tail}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
-    stripped = text.strip()
-    if stripped == text:
+    first = text.strip().split("\n\n", 1)[0].rstrip()
+    if first == text:
         return d, d
-    mark = f"\x01{role}\x00{stripped}{tail}".encode("utf-8", "surrogatepass")
+    mark = f"\x01{role}\x00{first}{tail}".encode("utf-8", "surrogatepass")
     return d, blake2b(mark, digest_size=16).digest()
 
 
