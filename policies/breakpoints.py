@@ -29,13 +29,15 @@ priority order:
 8. **stable**: the block before the first static block that changed since the last turn, else the
    system block before the last one.
 
-Extra markers cost no write tokens; they only use slots. Never on an option, empty text or thinking block, nor on
-the string content of a ``role: "system"`` message inside ``messages`` (the client's shape is kept: agentcache
-never turns it into a block list to carry a marker of its own); none of agentcache's own below the model's minimum
-cacheable length (a marker there caches nothing; a client's own marker there is kept). 1h markers always precede
-5m ones: agentcache's own markers take the policy's TTL, lowered to 5m after a 5m marker and raised to 1h before a
-1h one, and never change a client's (unless the client's own put a 5m before a 1h, which the API refuses: that 5m
-one is raised to 1h). The plan is a pure function of its inputs, so planning an already planned
+Extra markers cost no write tokens; they only use slots. A request without tools (a person's turn, perhaps the last)
+gets none of agentcache's own past the client's deepest marker and the static prefix (a write there is a bet on a
+continuation), unless the client marks nothing and its session has sent before. Never on an option, empty text or
+thinking block, nor on the string content of a ``role: "system"`` message inside ``messages`` (the client's shape is
+kept: agentcache never turns it into a block list to carry a marker of its own); none of agentcache's own below the
+model's minimum cacheable length (a marker there caches nothing; a client's own marker there is kept). 1h markers
+always precede 5m ones: agentcache's own markers take the policy's TTL, lowered to 5m after a 5m marker and raised
+to 1h before a 1h one, and never change a client's (unless the client's own put a 5m before a 1h, which the API
+refuses: that 5m one is raised to 1h). The plan is a pure function of its inputs, so planning an already planned
 request gives the same plan.
 """
 
@@ -126,13 +128,26 @@ def plan_breakpoints(
         if gap > rules.lookback_blocks - 1:  # frozen markers (case k10): the tail takes the shallowest one's slot
             kept.pop()
     chosen = {i: "client" for i in kept}
+    bound = _own_bound(req, prev, kept)
     for i, why in _own_candidates(req, prev, rules, hints):
         if len(chosen) == rules.max_breakpoints:
             break
-        if i is None or i in chosen or req.tokens_before(i + 1) < rules.min_cacheable_tokens:
+        if i is None or i in chosen or i > bound or req.tokens_before(i + 1) < rules.min_cacheable_tokens:
             continue
         chosen[i] = why
     return BreakpointPlan(_markers(chosen, client, hints.ttl), dict(sorted(chosen.items())))
+
+
+def _own_bound(req: CanonicalRequest, prev: CanonicalRequest | None, client: list[int]) -> int:
+    """The deepest block agentcache's own markers may take. A write past the deepest breakpoint costs 1.25×, paid
+    back only when a later request reads it. A request without tools is a person's turn (a chat, a title): the next
+    one may never come, or come after the entry expired. So there agentcache bets no write past the client's own
+    deepest marker and the static prefix (which other sessions read), unless the client marks nothing and its session
+    has sent before (a chat that goes on, left uncached by its client). On aider's one-shot ``--message`` chats such a
+    tail cost 5-10% more than the client alone. An agent loop (tools): no bound."""
+    if any(b.section == "tool" for b in req.head) or (prev is not None and not client):
+        return len(req.blocks)
+    return max([*client, static_end(req) - 1])
 
 
 def _own_candidates(

@@ -13,8 +13,9 @@ import pytest
 from agentcache._config import Settings, load_settings
 from agentcache._exceptions import ConfigError
 from agentcache.adapters import canonicalize
+from agentcache.model._canonical import with_markers
 from agentcache.model._rules import anthropic_rules
-from agentcache.policies import KeyPlanner, apply_strategy, choose_ttl, jump_hash, plan_keep_warm
+from agentcache.policies import KeyPlanner, apply_strategy, choose_ttl, jump_hash, plan_breakpoints, plan_keep_warm
 from agentcache.policies.volatility import MOVED_PREFIX
 from agentcache.session._pipeline import ScopeMemory, SessionPipeline
 
@@ -291,3 +292,24 @@ def test_openai_rpm_per_key_setting_reaches_the_key_planner() -> None:
 
     assert len(keys(15)) == 1  # 8 requests/min: one key carries them
     assert len(keys(2)) > 1  # above 2 requests/min the family is sharded
+
+
+def test_no_write_bet_on_a_request_without_tools() -> None:
+    """A request without tools is a person's turn (aider's --message chats): agentcache's own markers go no deeper
+    than the client's deepest marker and the static prefix; an agent loop (tools) gets the tail as always, and so
+    does a chat whose client marks nothing once its session has sent before."""
+    from tests.client_shapes import aider_anthropic
+
+    rules = anthropic_rules("claude-sonnet-4-20250514")
+    chat = canonicalize("anthropic.messages", aider_anthropic("Say hello. " + policy()))
+    deepest_client = max(i for i, _ in chat.markers())
+    for prev in (None, chat):
+        plan = plan_breakpoints(chat, prev, rules)
+        assert max(plan.markers) == deepest_client and "tail" not in plan.reasons.values()
+    tail = len(chat.blocks) - 1
+    bare = with_markers(chat, {})  # the same chat, its client marking nothing
+    assert "tail" not in plan_breakpoints(bare, None, rules).reasons.values()
+    assert plan_breakpoints(bare, bare, rules).reasons[tail] == "tail"
+    tooled_body = {**aider_anthropic("Say hello. " + policy()), "tools": anthropic_tools()}
+    tooled = canonicalize("anthropic.messages", tooled_body)
+    assert plan_breakpoints(tooled, None, rules).reasons[len(tooled.blocks) - 1] == "tail"
