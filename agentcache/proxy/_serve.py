@@ -12,22 +12,31 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import TypedDict
 
 from .._config import Settings, get_settings
 from .._log import get_logger
 from ._app import create_app
 from ._config import ProxyConfig, is_loopback, unknown_env
 
-__all__ = ["SERVER_OPTIONS", "serve"]
+__all__ = ["SERVER_OPTIONS", "ServerOptions", "serve"]
 
 log = get_logger("agentcache.proxy")
 
 #: Seconds in-flight requests (streams included) may take to finish once a stop is asked; then they are cut.
 DRAIN_TIMEOUT_S = 10
 
-#: uvicorn options of the proxy's server: the upstream's own ``server`` and ``date`` headers are relayed, one of
-#: each (the proxy's own answers get a ``date`` from :class:`~agentcache.proxy._forward.DateHeader`).
-SERVER_OPTIONS: dict[str, bool] = {"server_header": False, "date_header": False}
+
+class ServerOptions(TypedDict):
+    """``uvicorn.Config`` options of the proxy's server."""
+
+    server_header: bool
+    date_header: bool
+
+
+#: The upstream's own ``server`` and ``date`` headers are relayed, one of each (the proxy's own answers get a
+#: ``date`` from :class:`~agentcache.proxy._forward.DateHeader`).
+SERVER_OPTIONS = ServerOptions(server_header=False, date_header=False)
 
 
 class _Terminated(BaseException):
