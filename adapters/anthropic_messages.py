@@ -70,7 +70,8 @@ def canonicalize(
             continue
         if not isinstance(msg, dict) or "role" not in msg:
             raise InputError(f"messages[{i}] is not a message object with a role")
-        env = dumps({"role": msg["role"]})
+        # The message's other keys (Claude Code's ``output_config``) are part of its meaning: in its envelope.
+        env = dumps({"role": msg["role"], **{k: v for k, v in msg.items() if k not in ("role", "content")}})
         content = msg.get("content")
         require_content(content, f"messages[{i}].content")
         if isinstance(content, list) and content:

@@ -33,9 +33,12 @@ _EXTRAS = {
 _IMPORT = re.compile(r"could not import '([\w.]+)'")
 
 
-def agent_cli(binary: str) -> str:
-    """The reason for a missing agent CLI (``claude``, ``codex``, ``opencode``, ``qwen``)."""
-    return f"needs the {binary} CLI (npm; .ci/run installs it)"
+def agent_cli(binary: str, build: str = "pinned") -> str:
+    """The reason for a missing agent CLI (``claude``, ``codex``, ``opencode``, ``qwen``; ``aider`` from PyPI) of
+    ``build`` (``pinned``, or ``newest``: what npm/PyPI served when .ci/run last ran)."""
+    where = "PyPI" if binary == "aider" else "npm"
+    newest = ", its newest release" if build == "newest" else ""
+    return f"needs the {binary} CLI ({where}{newest}; .ci/run installs it)"
 
 
 def extra(name: str) -> str:

@@ -176,13 +176,24 @@ def test_openai_compare_key_strategies_on_tau_bench() -> None:
 
 def test_openai_compare_breakpoints_where_the_model_takes_them() -> None:
     assert openai_rules("gpt-5.6").breakpoints and not openai_rules("gpt-4o").breakpoints
-    report = audit(_tau(30, "gpt-5.6"), compare=True)
-    t = report.totals
-    assert list(t)[-1] == "breakpoints"
-    # The explicit system breakpoint lets every session read the shared static prefix exactly.
+    records = _tau(30, "gpt-5.6")
+    strings = audit(records, compare=True).totals
+    assert list(strings)[-1] == "breakpoints"
+    # tau-bench's system prompt is a string, kept one (never reshaped to carry a breakpoint): no system breakpoint.
+    assert strings["breakpoints"].cache_read_tokens == strings["lineage_keys"].cache_read_tokens
+    # Sent as a text part, the explicit system breakpoint lets every session read the shared static prefix exactly.
+    parts = [replace(r, body={**r.body, "messages": [_system_parts(m) for m in r.body["messages"]]}) for r in records]
+    t = audit(parts, compare=True).totals
     assert t["breakpoints"].cache_read_tokens > t["lineage_keys"].cache_read_tokens
     assert t["breakpoints"].hit_rate <= t["ideal"].hit_rate
     assert t["random_key"].hit_rate < t["conversation_key"].hit_rate <= t["lineage_keys"].hit_rate
+
+
+def _system_parts(message: dict[str, Any]) -> dict[str, Any]:
+    """A string ``role: "system"`` message as the one-text-part list it means."""
+    if message.get("role") != "system" or not isinstance(message.get("content"), str):
+        return message
+    return {**message, "content": [{"type": "text", "text": message["content"]}]}
 
 
 def test_key_arms_keys() -> None:
@@ -246,9 +257,11 @@ def test_overflow_only_with_real_times() -> None:
     # ~240 requests/min on one prefix without a key spill over ~16 machines; one key per conversation (~6 rpm)
     # never does; the lineage keys shard the prefix's rate.
     assert t["no_key"].hit_rate < t["lineage_keys"].hit_rate
-    # 40 sessions starting within 10 s: the young family's rate is extrapolated, so they get enough shards at
-    # once (before: 27 of 40 kept shard 0's key and overflowed it, 81.9% vs 89.8% per conversation)
-    assert t["lineage_keys"].hit_rate > t["conversation_key"].hit_rate - 0.01
+    # 40 sessions starting within 10 s: once the young family has sent more than one key's minute, its rate so
+    # far is taken for the minute, so the later sessions get enough shards at once (counting alone: 27 of 40 kept
+    # shard 0's key and overflowed it, 81.9% vs 89.8% per conversation; 87.1% with the burst rule, which shards no
+    # family below one key's minute: issue 23, where extrapolating one agent's 3 requests in 10 s cost 33% more)
+    assert t["no_key"].hit_rate < t["lineage_keys"].hit_rate > t["conversation_key"].hit_rate - 0.03
     assert t["no_key"].hit_rate < u["no_key"].hit_rate
     assert t["conversation_key"].cache_read_tokens == u["conversation_key"].cache_read_tokens
     # agentcache's arm on tau-bench (no repairs) is exactly its lineage keys, timed or not.

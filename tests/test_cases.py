@@ -38,7 +38,7 @@ def _run(path: Path) -> tuple[dict[str, Any], AuditReport, list[tuple[str, int]]
 
 
 def test_all_cases_present() -> None:
-    assert len(CASE_FILES) == 16
+    assert len(CASE_FILES) == 17
 
 
 @pytest.mark.parametrize("path", CASE_FILES, ids=[p.stem for p in CASE_FILES])

@@ -244,6 +244,8 @@ def test_agentcache_audit_on_the_transcripts(gen: Generated, transcripts: Inputs
         assert all("the request body" in m["detail"] for m in from_bodies)
         assert with_dumps["totals"]["reported"] == reported  # the same calls, counted once
     else:
-        assert misses and not any(m["inferred"] for m in misses), [(m["request"], m["cause"], m["inferred"], m["detail"]) for m in misses]
+        assert misses and not any(m["inferred"] for m in misses), [
+            (m["request"], m["cause"], m["inferred"], m["detail"]) for m in misses
+        ]
         assert all("the request body" in m["detail"] for m in misses)
         assert doc["simulated"]["totals"]["reported"]["requests"] == len(held)  # every request rebuilt

@@ -11,6 +11,9 @@ from agentcache import Sessions
 from agentcache.session import Identity, declared_by
 from tests.client_shapes import (
     CC_SESSION,
+    aider_anthropic,
+    aider_chat,
+    aider_restored,
     cc_headers,
     check_sent,
     claude_code_run,
@@ -170,3 +173,84 @@ def test_reordered_tools_and_a_changed_date_still_find_their_session() -> None:
     later["system"] = later["system"] + "\nToday is 2026-12-02."
     seen = _post_all([("a", body), ("a", later)])
     _one_session_per_conversation(seen)
+
+
+def test_claude_code_2_1_332_one_session_per_conversation_and_its_system_message_repaired() -> None:
+    """2.1.332's ``role: "system"`` message carries ``output_config`` and is a marked one-block list on the first
+    request, a string afterwards: one session still (the lineage's main one), the subagent its own and linked,
+    the title a side session; the later string is re-sent as the list it was (the ``messages.shape`` repair; the
+    Messages API takes blocks on a ``role: "system"`` message: SDK ``MessageParam``, role ``"system"``)."""
+
+    async def scenario() -> None:
+        async with proxy() as (client, state, fake):
+            await client.post("/v1/messages", json=claude_code_title(), headers=cc_headers())
+            main = claude_code_run(prompts=2, steps=2, version="2.1.332")
+            sub = claude_code_run(prompts=1, steps=1, variant="subagent", version="2.1.332")
+            seen, sent = [], []
+            for n, body in enumerate(main):
+                r = await client.post("/v1/messages", json=body, headers=cc_headers())
+                seen.append(r.headers["x-agentcache-session"])
+                sent.append(fake.requests[-1].json())
+                if n == 1:
+                    for sb in sub:
+                        rs = await client.post("/v1/messages", json=sb, headers=cc_headers(agent="a1b2c3d4e5f60718"))
+                        assert rs.headers["x-agentcache-session"] == f"{CC_SESSION}/a1b2c3d4e5f60718"
+            assert set(seen) == {CC_SESSION}
+            assert _signal(state, f"{CC_SESSION}/a1b2c3d4e5f60718") == (CC_SESSION, CC_SESSION)
+            first = main[0]["messages"][1]["content"]
+            assert isinstance(first, list) and "cache_control" in first[0]
+            for body, out in zip(main[1:], sent[1:], strict=True):
+                assert isinstance(body["messages"][1]["content"], str)
+                forwarded = out["messages"][1]
+                assert forwarded["output_config"] == {"effort": "medium"}
+                assert forwarded["content"] == [{"type": "text", "text": first[0]["text"]}]  # repaired, unmarked
+            doc = state.report.to_dict()
+            mine = [b for b in doc["breaks"] if b["session"].endswith(CC_SESSION)]
+            assert (mine[0]["request"], mine[0]["cause"], mine[0]["first_divergent"]) == (
+                1,
+                "messages.shape",
+                "messages[1].content",
+            )
+            assert {b["cause"] for b in mine} == {"messages.shape"}  # (an older prompt too, later)
+            assert all(b["repaired"] for b in doc["breaks"])
+
+    asyncio.run(scenario())
+
+
+def test_aider_chats_sharing_their_opening_stay_apart_and_a_restored_chat_joins_its_own() -> None:
+    """aider opens every chat with the same example exchange and sends no session id: two chats are two sessions,
+    and a ``--restore-chat-history`` follow-up (the first chat back from markdown, its whitespace rewritten, inserted
+    before the files turns) joins the first chat's session, where its rewritten history is a break the client
+    caused. No false break at the second chat."""
+    answer = "agentcache-fake answer: directive none, 0 tool result(s)."
+    first, other = "Say hello.", "Another chat."
+    bodies = [
+        ("one", aider_chat(first)),
+        ("two", aider_chat(other)),
+        ("one", aider_chat("And again.", aider_restored(first, answer))),
+    ]
+
+    async def scenario() -> list[tuple[str, str]]:
+        out = []
+        async with proxy(upstream="openai") as (client, state, _fake):
+            for name, body in bodies:
+                r = await client.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-t"})
+                assert r.status_code == 200, r.text
+                out.append((name, r.headers["x-agentcache-session"]))
+            breaks = state.report.to_dict()["breaks"]
+            assert len(breaks) == 1 and breaks[0]["request"] == 1 and breaks[0]["cause"].startswith("messages.")
+        return out
+
+    _one_session_per_conversation(asyncio.run(scenario()))
+
+
+def test_aider_in_anthropic_mode_a_restored_chat_joins_its_own() -> None:
+    """In Anthropic mode aider appends its rules to the prompt it sends and restores the prompt alone: the final
+    message's first paragraph ties the follow-up to its chat."""
+    answer = "agentcache-fake answer: directive none, 0 tool result(s)."
+    bodies = [
+        ("one", aider_anthropic("Say hello.")),
+        ("two", aider_anthropic("Another chat.")),
+        ("one", aider_anthropic("And again.", aider_restored("Say hello.", answer))),
+    ]
+    _one_session_per_conversation(_post_all(bodies))

@@ -27,16 +27,30 @@ def _as_model(records: list, model: str) -> list:  # type: ignore[type-arg]
     return [replace(r, body={**r.body, "model": model}) for r in records]
 
 
-def test_system_breakpoint_on_the_wire() -> None:
+def test_system_breakpoint_on_the_wire_keeps_the_clients_shapes_and_breakpoints() -> None:
     rec = load(DATA / "tau-bench" / "gpt-4o-airline.json").records[0]
     body = {**rec.body, "model": "gpt-5.6"}
+    text = body["messages"][0]["content"]
+    # A string system message stays a string (an OpenAI-compatible server may take nothing else): no breakpoint.
     prep = SessionPipeline("openai").prepare("openai.chat", copy.deepcopy(body))
+    assert prep.body["messages"][0] == body["messages"][0] and prep.markers == ()
+    # One the client sent as parts gets the breakpoint on its last part.
+    parts = copy.deepcopy(body)
+    parts["messages"][0]["content"] = [{"type": "text", "text": text}]
+    prep = SessionPipeline("openai").prepare("openai.chat", copy.deepcopy(parts))
     system = prep.body["messages"][0]["content"]
-    assert system[0]["prompt_cache_breakpoint"] == {"mode": "explicit"}
-    assert system[0]["text"] == body["messages"][0]["content"]
-    assert prep.markers == ("messages[0].content",)
-    # The client's own body is untouched.
-    assert isinstance(body["messages"][0]["content"], str)
+    assert system == [{"type": "text", "text": text, "prompt_cache_breakpoint": {"mode": "explicit"}}]
+    assert prep.markers == ("messages[0].content[0]",)
+    assert "prompt_cache_breakpoint" not in parts["messages"][0]["content"][0]  # the client's body is untouched
+    # The client's own breakpoints are kept as sent (markers in = markers out), and take the slots first.
+    own = copy.deepcopy(parts)
+    last = own["messages"][-1]
+    last["content"] = [
+        {"type": "text", "text": last["content"], "prompt_cache_breakpoint": {"mode": "explicit", "x": 1}}
+    ]
+    prep = SessionPipeline("openai").prepare("openai.chat", copy.deepcopy(own))
+    assert prep.body["messages"][-1] == own["messages"][-1]
+    assert set(prep.markers) == {"messages[0].content[0]", f"messages[{len(own['messages']) - 1}].content[0]"}
 
 
 def test_breakpoint_mode_simulation_reads_exact_prefix() -> None:

@@ -13,11 +13,14 @@ import pytest
 from agentcache._config import Settings, load_settings
 from agentcache._exceptions import ConfigError
 from agentcache.adapters import canonicalize
+from agentcache.model._canonical import with_markers
 from agentcache.model._rules import anthropic_rules
-from agentcache.policies import KeyPlanner, apply_strategy, choose_ttl, jump_hash, plan_keep_warm
+from agentcache.policies import KeyPlanner, apply_strategy, choose_ttl, jump_hash, plan_breakpoints, plan_keep_warm
 from agentcache.policies.volatility import MOVED_PREFIX
 from agentcache.session._pipeline import ScopeMemory, SessionPipeline
 
+from .clients.fake_upstream import unmarked
+from .clients.harness import markers
 from .conftest import CASES, anthropic_messages, anthropic_tools, policy
 
 RULES = anthropic_rules("claude-opus-4-8")
@@ -62,31 +65,43 @@ def test_jump_hash_is_consistent() -> None:
     assert 0 < moved < 2000 * 0.35  # about 1/5 move, never most
 
 
-def test_key_planner_shards_above_the_rate_and_keeps_lineages() -> None:
+def test_key_planner_shards_only_for_a_sustained_rate_over_several_lineages() -> None:
     kp = KeyPlanner(rpm_per_key=15)
     first = kp.key("fam", "lineage-a", 0.0)
     assert kp.shards("fam") == 1  # asking for a key counts nothing: only a sent request is recorded
-    kp.record("fam", 0.0)
+    kp.record("fam", 0.0, "lineage-a")
     assert first == kp.key("fam", "lineage-a", 1.0) == "ac-fam-0"
-    kp.record("fam", 1.0)
-    for i in range(60):
-        kp.key("fam", f"l{i}", 2.0 + i * 0.5)
-        kp.record("fam", 2.0 + i * 0.5)  # 60 requests in 30 s
-    # 62 requests in the family's first 31.5 s: a rate of ~118/min (extrapolated to the minute), 15 per key
-    assert kp.shards("fam") == 8
-    # a young family's rate is extrapolated over at least RATE_FLOOR seconds: two quick requests are no burst
-    quick = KeyPlanner(rpm_per_key=15)
-    quick.record("f", 0.0)
-    quick.record("f", 1.0)
-    assert quick.shards("f") == 1
-    assert len({kp.key("fam", f"l{i}", 40.0) for i in range(40)}) > 1
+    # One agent's quick requests are no rate to shard for (issue 23: 3 requests in 10 s once made 2 keys).
+    for t in (1.0, 5.0, 9.0):
+        kp.record("fam", t, "lineage-a")
+    assert kp.shards("fam") == 1
+    # Nor is one lineage's own traffic, however fast: its requests all carry one key.
+    for i in range(40):
+        kp.record("fam", 10.0 + i * 0.5, "lineage-a")
+    assert kp.shards("fam") == 1 and kp.key("fam", "lineage-b", 30.0) == "ac-fam-0"
+    # Several lineages: counted while under one key's minute, ...
+    busy = KeyPlanner(rpm_per_key=15)
+    for i in range(15):
+        busy.record("f", i * 0.5, f"l{i}")
+    assert busy.shards("f") == 1  # 15 requests of 15 lineages in 7 s: still one key's minute
+    # ... and past it within a young window, a burst: its rate so far taken for the minute (16 in 7.5 s over the
+    # 10 s floor: 96/min), at most one shard per lineage
+    busy.record("f", 7.5, "l15")
+    assert busy.shards("f") == 7
+    for i in range(46):
+        busy.record("f", 60.0 + i * 1.5, f"l{i % 20}")
+    assert busy.shards("f") == 3  # steady: the last minute's 40 requests of 20 lineages, 15 per key
+    assert len({busy.key("f", f"new{i}", 128.0) for i in range(40)}) > 1
+    # The count follows the traffic down: a minute later new lineages share one key again.
+    busy.record("f", 300.0, "late")
+    assert busy.shards("f") == 1 and busy.key("f", "new1", 301.0) == "ac-f-0"
 
 
 def test_key_planner_forgets_the_least_recently_used_families() -> None:
     kp = KeyPlanner(rpm_per_key=1, max_families=3)
     for t in range(3):
-        kp.record("busy", float(t))
-    assert kp.shards("busy") == 18  # 3 requests in a young family's first 10 s: 18/min at 1 per key
+        kp.record("busy", float(t), f"l{t}")
+    assert kp.shards("busy") == 3  # 3 requests of 3 lineages in the last minute, 1 per key
     for i in range(10):  # a timestamp in the system prompt: a new family on every request
         kp.record(f"f{i}", 10.0)
     assert len(kp._times) == 3 and kp.shards("busy") == 1  # bounded; a forgotten family starts over
@@ -198,13 +213,30 @@ def test_settings_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_pipeline_exposes_keep_warm_decisions() -> None:
     case = json.loads((CASES / "ttl-expired-after-7-minutes.json").read_text())
     auto, pinned = SessionPipeline("anthropic"), SessionPipeline("anthropic", settings=Settings(ttl_policy="5m"))
+    own = SessionPipeline("anthropic")  # the same requests without the client's markers
     assert pinned.keep_warm() is None  # nothing sent yet
-    for pipe in (auto, pinned):
+    for pipe in (auto, pinned, own):
         for r in case["requests"]:
-            prep = pipe.prepare("anthropic.messages", r["body"], now=r["at"])
+            body = unmarked(r["body"]) if pipe is own else r["body"]
+            prep = pipe.prepare("anthropic.messages", body, now=r["at"])
             pipe.commit(prep)
-    # After a 420 s gap the TTL policy already moved to 1h: nothing to keep warm.
-    assert auto.keep_warm() is not None and auto.keep_warm().send is False  # type: ignore[union-attr]
+    # After a 420 s gap the TTL policy already moved agentcache's own markers to 1h: nothing to keep warm ...
+    assert own.keep_warm() is not None and own.keep_warm().send is False  # type: ignore[union-attr]
+    assert {m.ttl for _, m in own.sent.markers()} == {"1h"}  # type: ignore[union-attr]
+    # ... but the client's own markers ask for 5m, kept by value (an own 1h marker may only precede them), so its
+    # entries expire as before the policy.
+    client = {p for p, _ in markers(case["requests"][-1]["body"]).items()}
+    sent = auto.sent
+    assert (
+        sent is not None
+        and {sent.blocks[i].path: m.ttl for i, m in sent.markers()}.items()
+        >= {
+            ("system[0]", "5m"),
+            ("messages[4].content[0]", "5m"),
+        }
+        and len(client) == 2
+    )
+    assert auto.keep_warm() == pinned.keep_warm()
     pipe = pinned
     d = pipe.keep_warm()  # 5m entries, one 420 s gap seen: one refresh bridges it
     assert d is not None and d.send and d.count == 1 and d.first_at == 270.0
@@ -260,3 +292,24 @@ def test_openai_rpm_per_key_setting_reaches_the_key_planner() -> None:
 
     assert len(keys(15)) == 1  # 8 requests/min: one key carries them
     assert len(keys(2)) > 1  # above 2 requests/min the family is sharded
+
+
+def test_no_write_bet_on_a_request_without_tools() -> None:
+    """A request without tools is a person's turn (aider's --message chats): agentcache's own markers go no deeper
+    than the client's deepest marker and the static prefix; an agent loop (tools) gets the tail as always, and so
+    does a chat whose client marks nothing once its session has sent before."""
+    from tests.client_shapes import aider_anthropic
+
+    rules = anthropic_rules("claude-sonnet-4-20250514")
+    chat = canonicalize("anthropic.messages", aider_anthropic("Say hello. " + policy()))
+    deepest_client = max(i for i, _ in chat.markers())
+    for prev in (None, chat):
+        plan = plan_breakpoints(chat, prev, rules)
+        assert max(plan.markers) == deepest_client and "tail" not in plan.reasons.values()
+    tail = len(chat.blocks) - 1
+    bare = with_markers(chat, {})  # the same chat, its client marking nothing
+    assert "tail" not in plan_breakpoints(bare, None, rules).reasons.values()
+    assert plan_breakpoints(bare, bare, rules).reasons[tail] == "tail"
+    tooled_body = {**aider_anthropic("Say hello. " + policy()), "tools": anthropic_tools()}
+    tooled = canonicalize("anthropic.messages", tooled_body)
+    assert plan_breakpoints(tooled, None, rules).reasons[len(tooled.blocks) - 1] == "tail"

@@ -420,3 +420,34 @@ def test_a_turn_whose_planned_body_cannot_be_written_commits_the_original() -> N
             assert r.status_code == 200 and "prompt_cache_key" in fake.requests[-1].json()
 
     run(scenario())
+
+
+def test_one_date_header_the_upstreams_or_the_proxys_own() -> None:
+    """Under uvicorn as ``agentcache proxy`` runs it: a relayed response carries the upstream's headers as sent
+    (one ``date``, the upstream's; issue 23 found two), and the proxy's own answers one ``date`` of their own."""
+    from tests.clients.fake_upstream import FakeUpstream as ScriptedUpstream
+
+    stamp = "Tue, 01 Dec 2026 10:00:00 GMT"
+
+    async def dated(scope: Any, receive: Any, send: Any) -> None:
+        async def with_date(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message["headers"] if k.lower() != b"date"]
+                message = {**message, "headers": [*headers, (b"date", stamp.encode())]}
+            await send(message)
+
+        await fake.app(scope, receive, with_date)
+
+    fake = ScriptedUpstream()
+    with ServerThread(dated, date_header=False) as upstream:  # its one date: the stamp
+        config = ProxyConfig(upstream=upstream.url)
+        app = create_app(config, settings=settings())
+        with ServerThread(app, proxy=config) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+            body = {"model": "claude-opus-4-8", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+            for stream in (False, True):
+                r = client.post("/v1/messages", json={**body, "stream": stream}, headers={"x-api-key": "sk-ant-x"})
+                assert r.status_code == 200 and r.headers.get_list("date") == [stamp], stream
+                assert len(r.headers.get_list("server")) <= 1
+            own = client.get("/agentcache/v1/health")
+            assert own.status_code == 200 and len(own.headers.get_list("date")) == 1
+            assert own.headers["date"].endswith(" GMT")

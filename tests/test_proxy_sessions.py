@@ -220,23 +220,39 @@ def test_sglang_gets_session_id_and_close_session() -> None:
     run(scenario())
 
 
-def test_match_rule_prefers_heads_then_deep_inner_checkpoints() -> None:
-    from agentcache.session._identity import Checkpoints, checkpoints_of, match_checkpoints
+def test_match_rule_prefers_heads_then_resumes_and_never_an_opening_alone() -> None:
+    from agentcache.session._identity import checkpoints_of, index_entries, match_checkpoints
+
+    def cps(msgs: list[dict[str, Any]]) -> Any:
+        return checkpoints_of("anthropic.messages", {"messages": msgs})
 
     msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(8)]
-    cps = checkpoints_of("anthropic.messages", {"messages": msgs}).chain
-    assert checkpoints_of("openai.chat", {"messages": msgs}).chain != cps  # one API per session
-    index = {cps[6]: ("long", False), cps[2]: ("long", False), cps[0]: ("short", True)}
-    assert match_checkpoints(Checkpoints(cps[:8]), index.get, 2) == "short"  # a head wins over deeper history
-    del index[cps[0]]
-    assert match_checkpoints(Checkpoints(cps[:8]), index.get, 2) == "long"  # deepest inner checkpoint below the request
-    assert (
-        match_checkpoints(Checkpoints(cps[:7]), index.get, 2) == "long"
-    )  # cps[6] is the whole request: cps[2] decides
-    assert match_checkpoints(Checkpoints(cps[:3]), index.get, 2) is None  # a prefix of another session's history
-    assert (
-        match_checkpoints(Checkpoints(cps[:2]), {cps[0]: ("x", False)}.get, 2) is None
-    )  # one shared message is not enough
+    assert checkpoints_of("openai.chat", {"messages": msgs}).chain != cps(msgs).chain  # one API per session
+    index: dict[bytes, tuple[str, bool]] = {}
+    for sid, last in (("long", msgs[:6]), ("short", msgs[:2])):
+        index.update({h: (sid, head) for h, head in index_entries(cps(last), 2)})
+    assert match_checkpoints(cps(msgs[:8]), index.get, 2) == "long"  # the deepest head it extends
+    assert match_checkpoints(cps(msgs[:3]), index.get, 2) == "short"
+    # equal to "long"'s last request: not its continuation (it extends "short"'s, the same task run again)
+    assert match_checkpoints(cps(msgs[:6]), index.get, 2) == "short"
+    index = {h: v for h, v in index.items() if v[0] != "short"}
+    assert match_checkpoints(cps(msgs[:6]), index.get, 2) is None
+    # a resume that rewrote an answer in place still carries "long"'s final message, after the same opening
+    resumed = [*msgs[:3], {"role": "assistant", "content": " m3, re-rendered\n"}, *msgs[4:8]]
+    resumed[5] = {"role": "assistant", "content": [{"type": "text", "text": "  m5 \n"}]}  # "long"'s final item
+    assert match_checkpoints(cps(resumed), index.get, 2) == "long"
+    assert match_checkpoints(cps(resumed[:6]), index.get, 2) is None  # it must go beyond that item
+    assert match_checkpoints(cps(resumed[:2]), index.get, 2) is None  # (a prefix of history: no one's continuation)
+    # sharing only the opening is not enough: another chat after the same two example messages
+    other = [*msgs[:2], {"role": "user", "content": "another task"}, {"role": "assistant", "content": "m3"}]
+    assert match_checkpoints(cps([*other, *msgs[4:8]]), index.get, 2) == "long"  # (it carries m5: a resume)
+    assert match_checkpoints(cps([*other, {"role": "user", "content": "go on"}]), index.get, 2) is None
+    # its first message rewritten (Qwen Code's --continue drops a date reminder from it): under the same tools and
+    # system it still carries "long"'s final item; under others, nothing ties it to "long"
+    rewritten = [{"role": "user", "content": "x"}, *msgs[1:8]]
+    assert match_checkpoints(cps(rewritten), index.get, 2) == "long"
+    other_prefix = checkpoints_of("anthropic.messages", {"messages": rewritten, "system": "another agent"})
+    assert match_checkpoints(other_prefix, index.get, 2) is None
     marked = [dict(m) for m in msgs]
     marked[1] = {
         "role": "assistant",
@@ -244,9 +260,13 @@ def test_match_rule_prefers_heads_then_deep_inner_checkpoints() -> None:
     }
     plain = [dict(m) for m in msgs]
     plain[1] = {"role": "assistant", "content": [{"type": "text", "text": "m1"}]}
-    assert checkpoints_of("anthropic.messages", {"messages": marked}) == checkpoints_of(
-        "anthropic.messages", {"messages": plain}
-    )
+    assert cps(marked) == cps(plain) and cps(plain) == cps(msgs)
+    # a message's other keys are part of it, in either form (Claude Code 2.1.332's role: "system" message)
+    sys_list = {"role": "system", "content": [{"type": "text", "text": "env", "cache_control": {"type": "ephemeral"}}]}
+    sys_str = {"role": "system", "content": "env"}
+    extra = {"output_config": {"effort": "medium"}}
+    assert cps([msgs[0], {**sys_list, **extra}]).chain == cps([msgs[0], {**sys_str, **extra}]).chain
+    assert cps([msgs[0], {**sys_str, **extra}]).chain != cps([msgs[0], sys_str]).chain
 
 
 def test_memory_budget_evicts_least_recently_used_sessions() -> None:

@@ -299,9 +299,10 @@ def test_fake_upstream_reports_growing_cache_reads() -> None:
 
 class ServerThread:
     """An ASGI app served by uvicorn on a free loopback port, in a background thread; with ``proxy``, served as
-    ``agentcache proxy`` serves it (its timeouts: ``agentcache.proxy._server.uvicorn_config``)."""
+    ``agentcache proxy`` serves it (:func:`agentcache.proxy._server.uvicorn_config`: its timeouts, no server or
+    date header of the server's own). ``options``: more ``uvicorn.Config`` options."""
 
-    def __init__(self, app: Any, proxy: ProxyConfig | None = None) -> None:
+    def __init__(self, app: Any, proxy: ProxyConfig | None = None, **options: Any) -> None:
         import socket
         import threading
 
@@ -313,9 +314,11 @@ class ServerThread:
             s.bind(("127.0.0.1", 0))
             self.port: int = s.getsockname()[1]
         if proxy is not None:
-            config = uvicorn_config(app, proxy, port=self.port, log_level="warning", lifespan="on")
+            config = uvicorn_config(app, proxy, port=self.port, log_level="warning", lifespan="on", **options)
         else:
-            config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+            config = uvicorn.Config(
+                app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", **options
+            )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

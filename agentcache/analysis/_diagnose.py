@@ -38,7 +38,11 @@ class Divergence:
     (``tools[3]``, ``system[0]``, ``messages[5].content[0]``) or option key (``tool_choice``) of the
     first unit that differs; None when ``new`` extends ``prev`` append-only. ``cause``: a break cause,
     None when append-only. ``tokens_lost``: tokens of ``prev`` after the shared prefix, which must be
-    processed again. ``volatile``: the changed span for ``system.volatile``.
+    processed again. ``volatile``: the changed span for ``system.volatile``. ``ephemeral``: trailing blocks of
+    ``prev``'s newest message that ``new`` no longer carries while it goes on with new messages: blocks the client
+    sends once (a per-turn status block, anthropics/claude-code#96101). No break: ``new`` extends the rest of
+    ``prev`` append-only, and those blocks were never to be read again (a marker on one of them is the loss:
+    ``markers.invalid``).
     """
 
     shared_blocks: int
@@ -47,6 +51,7 @@ class Divergence:
     cause: str | None
     tokens_lost: int
     volatile: VolatileSpan | None = None
+    ephemeral: int = 0
 
     @property
     def is_break(self) -> bool:
@@ -62,8 +67,17 @@ def diagnose(prev: CanonicalRequest, new: CanonicalRequest) -> Divergence:
         return Divergence(n, shared, None, None, 0)
     pb = prev.blocks[n]
     nb = new.blocks[n] if n < len(new.blocks) else None
+    if _ephemeral_tail(prev, n, nb):
+        return Divergence(n, shared, None, None, 0, None, len(prev.blocks) - n)
     cause, path, span = _classify(prev, new, n, pb, nb)
     return Divergence(n, shared, path, cause, prev.tokens - shared, span)
+
+
+def _ephemeral_tail(prev: CanonicalRequest, n: int, nb: Block | None) -> bool:
+    """Whether blocks ``n..`` of ``prev`` are trailing blocks of its newest message (which keeps its first block)
+    and the new request's block ``nb`` at ``n`` begins the next message: the client dropped them and went on."""
+    last = prev.messages - 1
+    return last >= 0 and n > prev.msg_start[last] and nb is not None and nb.message == last + 1
 
 
 def _classify(

@@ -11,7 +11,7 @@ markers and sets its own; none repairs anything:
   prefix other sessions wrote;
 * ``random_key``: a fresh key on every request (a bug real proxies shipped: a new UUID per call). Here a hash of
   the session and request index, so the audit is reproducible;
-* ``lineage_keys``: agentcache's keys (:class:`~agentcache.policies.KeyPlanner`: the static-prefix family plus a
+* ``lineage_keys``: agentcache's keys (:class:`~agentcache.policies.KeyPlanner`: the routing family plus a
   shard of the session lineage, sharded to stay under ``rpm_per_key``), chosen at a lineage's first request and
   kept, as the OpenAI target keeps them (:mod:`agentcache.targets._openai`);
 * ``breakpoints``: ``lineage_keys`` plus the explicit ``prompt_cache_breakpoint`` parts agentcache plans
@@ -83,7 +83,7 @@ class KeyArms:
         if key is None:
             key = self._keys[name, family, lineage] = planner.key(family, lineage, at)
         keyed = bare.evolve(cache_key=key)
-        planner.record(family, at)
+        planner.record(family, at, lineage)
         rules = openai_rules(req.model)
         if name == KEY_STRATEGIES[-1] or not rules.breakpoints:
             return keyed

@@ -47,7 +47,7 @@ from ._boundary import Boundary, own_path
 from ._config import ProxyConfig
 from ._core import handle_api, relay
 from ._errors import ROUTES, style_for
-from ._forward import UpstreamStreamError
+from ._forward import DateHeader, UpstreamStreamError
 from ._sessions import tenant_of
 from ._state import ProxyState
 
@@ -153,7 +153,8 @@ def create_app(
         async with state.running():
             yield
 
-    boundary = Middleware(Boundary, body_timeout=state.config.body_timeout)
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled}, middleware=[boundary])
+    # One date header per response: the upstream's when relayed, else the proxy's own (the server adds none).
+    middleware = [Middleware(Boundary, body_timeout=state.config.body_timeout), Middleware(DateHeader)]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled}, middleware=middleware)
     app.state.proxy = state
     return app

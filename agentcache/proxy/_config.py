@@ -58,9 +58,7 @@ DEFAULT_MAX_TOMBSTONES = 50_000
 #: Memory budget of one process (estimated): live sessions, prefix index, tombstones, live report, key planners.
 #: Over it, the least recently active sessions are evicted.
 DEFAULT_MAX_STATE_MB = 256
-#: Message-boundary checkpoints of a session's last request kept in the prefix index.
-DEFAULT_INDEX_CHECKPOINTS = 64
-#: A match inside a session's history (not on its last request) must cover this many messages.
+#: A request resuming a session with its history rewritten must begin with this many of its messages.
 DEFAULT_MIN_INNER_MATCH = 2
 #: ``record_dir``: a recording file is rotated before it grows past this many MiB ...
 DEFAULT_RECORD_MAX_MB = 64.0
@@ -131,7 +129,6 @@ class ProxyConfig(BaseSettings):
     max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, gt=0)
     max_state_mb: int = Field(default=DEFAULT_MAX_STATE_MB, gt=0)
     max_tombstones: int = Field(default=DEFAULT_MAX_TOMBSTONES, gt=0)
-    index_checkpoints: int = Field(default=DEFAULT_INDEX_CHECKPOINTS, gt=0)
     min_inner_match: int = Field(default=DEFAULT_MIN_INNER_MATCH, ge=1)
     admin_token: str | None = None
     redis_url: str | None = None

@@ -58,7 +58,6 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=DRAIN_TIMEOUT_S,
-        server_header=False,  # the upstream's own server header is relayed; one is enough
     )
     # Bound and listening here, so the start line names the port (the OS's for --port 0) and a client that reads it
     # and connects at once is queued until uvicorn accepts, not refused.

@@ -103,7 +103,6 @@ class ProxyState:
         limits = {
             "max_open": c.max_sessions,
             "max_bytes": self.budget.share("sessions"),
-            "index_checkpoints": c.index_checkpoints,
             "min_inner_match": c.min_inner_match,
         }
         if c.redis_url:

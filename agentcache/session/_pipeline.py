@@ -58,10 +58,11 @@ class ScopeMemory:
     keys: KeyPlanner = field(default_factory=KeyPlanner)
     tool_bytes: int = 0
 
-    def record(self, prepared: Prepared, fresh: bool) -> None:
-        """Count ``prepared`` as sent: its routing key's family, and its tools if it opened a session."""
+    def record(self, prepared: Prepared, fresh: bool, lineage: str = "") -> None:
+        """Count ``prepared`` as sent by ``lineage``: its routing key's family, and its tools if it opened a
+        session."""
         if prepared.plan.family is not None:
-            self.keys.record(prepared.plan.family, prepared.at)
+            self.keys.record(prepared.plan.family, prepared.at, lineage)
         names = _tool_names(prepared.planned)
         if fresh and names and names not in self.tools:
             self.tools[names] = prepared.state.tools
@@ -136,13 +137,12 @@ def _tool_names(req: CanonicalRequest) -> frozenset[str]:
 
 def learn(old: Learned, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> Learned:
     """The client habits after the repaired request ``new``, given how it relates to the last sent ``prev``."""
+    if div.ephemeral:  # the client dropped trailing blocks of its last message and went on: they are ephemeral
+        return Learned(old.edit_points, div.ephemeral, old.rewrite_at)
     if div.cause is None or div.cause in REPAIRABLE_BREAKS:
         return old  # same meaning: nothing to learn about the client
     edits, tail, rewrite = list(old.edit_points), 0, old.rewrite_at
     before = prev.blocks[div.shared_blocks]
-    if before.message is not None and before.message == prev.messages - 1 and new.messages > prev.messages:
-        # The client dropped trailing blocks of its last message and went on: they are ephemeral.
-        tail = sum(1 for b in prev.blocks[div.shared_blocks :] if not b.is_option)
     if div.cause == MESSAGES_EDITED and before.message is not None:
         edits.append(before.message)
         growth = max(1, new.messages - prev.messages)
@@ -223,7 +223,7 @@ class SessionPipeline:
         repair = plan_repairs(work, work_body, last, tools)
         rep = repaired_request(work, repair, (last.request,) if last is not None else ())
         learned = st.learned
-        if last is not None and div is not None and div.cause is not None:
+        if last is not None and div is not None and (div.cause is not None or div.ephemeral):
             learned = learn(st.learned, last.request, rep, diagnose(last.request, rep))
         key = st.routing_key or routing_key
         inp = PlanInput(
@@ -320,7 +320,7 @@ class SessionPipeline:
         """Record ``prepared`` as sent: the session's state becomes ``prepared.state``."""
         fresh = self.state.sent is None
         self.state = prepared.state
-        self.scope.record(prepared, fresh)
+        self.scope.record(prepared, fresh, self.lineage)
 
     def snapshot(self) -> dict[str, Any]:
         """The session's state as a JSON-ready document (see :func:`snapshot`)."""

@@ -140,7 +140,6 @@ class RedisStore:
         prefix: str = "agentcache",
         max_open: int = 10_000,
         max_bytes: int = 256 * 1024 * 1024,
-        index_checkpoints: int = 64,
         min_inner_match: int = 2,
         session_ttl: float = 24 * 3600.0,
         tombstone_ttl: float = 24 * 3600.0,
@@ -150,7 +149,7 @@ class RedisStore:
         self.prefix = prefix
         self.max_open, self.max_bytes = max_open, max_bytes
         self._bytes = 0
-        self.index_checkpoints, self.min_inner_match = index_checkpoints, min_inner_match
+        self.min_inner_match = min_inner_match
         self.session_ttl, self.tombstone_ttl = int(session_ttl), int(tombstone_ttl)
         self.retry_after = retry_after
         self._down_until = 0.0
@@ -197,7 +196,7 @@ class RedisStore:
         """The live inferred session a request with ``checkpoints`` continues (one ``HMGET`` of every checkpoint)."""
         if not checkpoints:
             return None
-        keys = checkpoints.lookups()
+        keys = checkpoints.lookups(self.min_inner_match)
         fields = [h.hex() for h in keys]
         values = await self._call("find", lambda: self.redis.hmget(self._idx(tenant), fields))
         hits: dict[bytes, tuple[str, bool]] = {}
@@ -258,7 +257,7 @@ class RedisStore:
         state = zlib.compress(encode(doc).encode(), 1)  # numbers as the client spelled them
         entries = ""
         if not session.explicit:
-            pairs = index_entries(checkpoints, self.index_checkpoints)
+            pairs = index_entries(checkpoints, self.min_inner_match)
             entries = ",".join(f"{h.hex()}:{int(head)}" for h, head in pairs)
         keys = [self._skey(session.tenant, session.session_id), self._idx(session.tenant), self._live]
         at = prepared.at if prepared.at is not None else now

@@ -48,7 +48,6 @@ __all__ = [
 DEFAULT_MAX_OPEN = 10_000
 DEFAULT_MAX_TOMBSTONES = 50_000
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-DEFAULT_INDEX_CHECKPOINTS = 64
 DEFAULT_MIN_INNER_MATCH = 2
 #: Bytes of one prefix-index entry (``(tenant, hash) → (sid, head)``) and of one tombstone (key, Tombstone,
 #: usage totals): 395 B and 481 B measured with a ``sys.getsizeof`` walk over 700-3,000 of each (CPython
@@ -194,12 +193,11 @@ class MemoryStore:
         max_open: int = DEFAULT_MAX_OPEN,
         max_tombstones: int = DEFAULT_MAX_TOMBSTONES,
         max_bytes: int = DEFAULT_MAX_BYTES,
-        index_checkpoints: int = DEFAULT_INDEX_CHECKPOINTS,
         min_inner_match: int = DEFAULT_MIN_INNER_MATCH,
     ) -> None:
         self.max_open, self.max_bytes = max_open, max_bytes
         self.max_tombstones = max(1, max_tombstones)
-        self.index_checkpoints, self.min_inner_match = index_checkpoints, min_inner_match
+        self.min_inner_match = min_inner_match
         self._live: OrderedDict[tuple[str, str], Session] = OrderedDict()  # least recently active first
         self._tombs: OrderedDict[tuple[str, str], Tombstone] = OrderedDict()
         self._index: dict[tuple[str, bytes], tuple[str, bool]] = {}
@@ -274,7 +272,7 @@ class MemoryStore:
         session.size = size
         if session.explicit:
             return True
-        entries = index_entries(checkpoints, self.index_checkpoints)
+        entries = index_entries(checkpoints, self.min_inner_match)
         keep = {h for h, _ in entries}
         tenant, sid = session.tenant, session.session_id
         for h in session.entries:  # only the entries that left the window go (the window slides by a turn)

@@ -50,6 +50,10 @@ class _Entry:
 class _Scope:
     entries: dict[bytes, _Entry] = field(default_factory=dict)
     seen: SeenIndex = field(default_factory=SeenIndex)
+    #: Entries written on a block that is not its message's first, by the chain hash of the block before it (the
+    #: same message's): when that entry expires. A request that stops matching right there, where its message
+    #: ends, had the marker on a trailing block its client dropped (``markers.invalid``).
+    trailing: dict[bytes, float] = field(default_factory=dict)
 
 
 def markers_valid(req: CanonicalRequest, rules: AnthropicRules) -> bool:
@@ -170,6 +174,8 @@ class AnthropicSimulator:
             if ent is not None and ent.expires > now:  # a concurrent writer of the same entry answers first
                 readable = min(readable, ent.readable)
             scope.entries[req.chain[b]] = _Entry(now + ttl, ttl, readable)
+            if b and req.blocks[b].message is not None and req.blocks[b - 1].message == req.blocks[b].message:
+                scope.trailing[req.chain[b - 1]] = now + ttl
         scope.seen.add(req)
         uncached = prompt - read - write5 - write1h
         usage = SimUsage(prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h)
@@ -206,6 +212,10 @@ class AnthropicSimulator:
             if beyond:
                 return C.LOOKBACK_EXCEEDED, req.blocks[beyond[0]].path
             return C.MARKERS_MISSING, req.blocks[alive].path
+        last = req.blocks[m_blocks - 1]
+        ends = m_blocks == len(req.blocks) or req.blocks[m_blocks].message != last.message
+        if ends and last.message is not None and scope.trailing.get(req.chain[m_blocks - 1], 0.0) > now:
+            return C.MARKERS_INVALID, last.path  # the marker sat on a block of this message the client dropped
         start = ordinal[read_idx] if read_idx >= 0 else -1
         if ordinal[m_blocks - 1] - start > rules.lookback_blocks:
             return C.LOOKBACK_EXCEEDED, req.blocks[m_blocks - 1].path

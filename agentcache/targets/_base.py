@@ -67,7 +67,8 @@ class TargetPlan:
     ``paths``/``reasons``: the marked blocks' paths and why each was chosen. ``ttl``: the TTL decision
     (Anthropic). ``reshapes``: writing the markers turns a string unit into a text block, so the sent body must be
     read again. ``routing_key``: the ``prompt_cache_key`` this request carries because agentcache chose it;
-    ``family``: the static-prefix family it was chosen for (the key planner counts the request on commit)."""
+    ``family``: the routing family it was chosen for (:func:`~agentcache.targets.family_of`; the key planner counts
+    the request on commit)."""
 
     wire: WirePlan = field(default_factory=WirePlan)
     markers: Mapping[int, Marker] | None = None

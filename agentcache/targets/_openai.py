@@ -2,14 +2,14 @@
 them (gpt-5.6 and later).
 
 Rules and prices: ``agentcache/data/models.toml`` (platform.openai.com/docs/guides/prompt-caching). The
-``prompt_cache_key`` of :class:`~agentcache.policies.KeyPlanner` (family of the static prefix + a shard of the
-lineage) is added when the client sends none and the ``openai_cache_key`` setting is ``lineage``; once chosen it
-is the session's for good, and its lineage's (subagents, later generations).
+``prompt_cache_key`` of :class:`~agentcache.policies.KeyPlanner` (the routing family of the prompt's first tokens
++ a shard of the lineage) is added when the client sends none and the ``openai_cache_key`` setting is ``lineage``;
+once chosen it is the session's for good, and its lineage's (subagents, later generations).
 """
 
 from __future__ import annotations
 
-from ..model._canonical import CanonicalRequest, static_end
+from ..model._canonical import CanonicalRequest
 from ..model._fields import StorageTier
 from ..model._plan import KEEP, WirePlan
 from ..model._rules import openai_rules
@@ -18,15 +18,19 @@ from ..model._usage import CacheUsage
 from ..policies import PlanHints
 from ..policies.breakpoints import plan_openai_breakpoints
 from ..simulate import Concurrency, OpenAISimulator, Simulator
+from ..simulate._openai import routing_hash
 from ._base import PlanInput, Target, TargetPlan
 
 __all__ = ["OpenAITarget", "family_of"]
 
 
 def family_of(req: CanonicalRequest) -> str:
-    """The static-prefix family of ``req``: the hex chain hash through its options, tools and system."""
-    end = static_end(req)
-    return (req.chain[end - 1] if end else b"").hex()
+    """The routing family of ``req``: the hex chain hash through the block holding its ``routing_prefix_tokens``-th
+    token (OpenAI routes by a hash of a prompt's first ~256 tokens joined with its key: platform.openai.com/docs/
+    guides/prompt-caching). Requests that share it share machines without a key, so one key per family, sharded
+    only when it pays (:class:`~agentcache.policies.KeyPlanner`), never splits what the client's own traffic shares
+    (a subagent whose tool list differs only after its first tools: Qwen Code's, issue 23)."""
+    return routing_hash(req, openai_rules(req.model).routing_prefix_tokens).hex()
 
 
 class OpenAITarget(Target):
@@ -58,7 +62,7 @@ class OpenAITarget(Target):
         bp = plan_openai_breakpoints(rep, hints, rules.max_explicit_with_implicit)
         paths = tuple(rep.blocks[i].path for i in bp.markers)
         reasons = tuple(bp.reasons[i] for i in bp.markers)
-        wire = WirePlan(cache_key=wire.cache_key, markers=tuple((p, "30m") for p in paths))
+        wire = WirePlan(cache_key=wire.cache_key, markers=tuple(zip(paths, bp.markers.values(), strict=True)))
         reshapes = any(rep.blocks[i].data[:1] == b'"' for i in bp.markers)
         return TargetPlan(wire, bp.markers, None, paths, reasons, None, reshapes, key, family)
 

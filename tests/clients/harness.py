@@ -33,11 +33,12 @@ from starlette.routing import Route
 from agentcache._log import capture_logs
 from agentcache.model._bodytap import UsageTap
 from agentcache.proxy import ProxyConfig, create_app
-from tests.clients.drivers import CLIENTS, SCENARIOS, RunOutput
+from tests.clients.drivers import CLIENTS, Client, RunOutput
 from tests.clients.fake_upstream import FakeUpstream, Recorded, serve, unmarked
 from tests.test_proxy_support import ServerThread, settings
 
 SEQ_HEADER = "x-clients-test-seq"
+ADMIN_TOKEN = "clients-test-admin"
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "upgrade", "te", "trailer"}
 _GENERATION = ("messages", "responses", "chat")
 
@@ -59,19 +60,22 @@ class Exchange:
 
 @dataclass
 class Answer:
-    """A response as the client got it: status, content type and body bytes."""
+    """A response as the client got it: status, content type, body bytes and its ``date`` headers."""
 
     status: int
     content_type: str
     body: bytearray
+    dates: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Trace:
-    """A client's four scenarios in one mode (``direct`` or ``proxy``)."""
+    """A client's scenarios in one mode (``direct`` or ``proxy``), with the ``build`` and ``version`` driven."""
 
     client: str
     mode: str
+    build: str = "pinned"
+    version: str = ""
     outputs: dict[str, RunOutput] = field(default_factory=dict)
     exchanges: list[Exchange] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
@@ -115,7 +119,8 @@ class Recorder:
         self.sessions[seq] = upstream.headers.get("x-agentcache-session")
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
 
-        answer = self.answers[seq] = Answer(upstream.status_code, upstream.headers.get("content-type", ""), bytearray())
+        ctype, dates = upstream.headers.get("content-type", ""), upstream.headers.get_list("date")
+        answer = self.answers[seq] = Answer(upstream.status_code, ctype, bytearray(), dates)
 
         async def body_iter() -> AsyncIterator[bytes]:
             async for chunk in upstream.aiter_raw():
@@ -130,16 +135,9 @@ class Recorder:
         )
 
 
-def label(client: str, scenario: str, rec: Recorded) -> str:
+def label(driver: Client, scenario: str, rec: Recorded) -> str:
     """The true conversation of a request: the scenario's main loop, its subagent, or a side request (a title)."""
-    body = rec.body if isinstance(rec.body, dict) else {}
-    h = rec.headers
-    if client == "claude-code":
-        role = "sub" if "x-claude-code-agent-id" in h else ("main" if body.get("tools") else "side")
-    elif client == "codex":
-        role = "sub" if "x-openai-subagent" in h else "main"
-    else:
-        role = "sub" if "x-parent-session-id" in h else ("main" if body.get("tools") else "side")
+    role = driver.role(rec)
     # A continue/resume goes on with the fresh run's conversation.
     return f"{'fresh' if scenario.startswith('continue') and role == 'main' else scenario}:{role}"
 
@@ -148,28 +146,33 @@ def _generation(recs: list[Recorded]) -> list[Recorded]:
     return [r for r in recs if r.route in _GENERATION or r.path.endswith(("/messages", "/responses", "/completions"))]
 
 
-def run_trace(client: str, mode: str, home: Path, record_dir: Path | None = None) -> Trace:
-    """Run the four scenarios of ``client`` in ``mode`` with a fresh ``home`` (emptied first); a proxied run
-    records its traffic in ``record_dir`` (``agentcache proxy --record``, emptied first) when given."""
+def run_trace(
+    client: str, mode: str, home: Path, record_dir: Path | None = None, build: str = "pinned", realistic: bool = False
+) -> Trace:
+    """Run the scenarios of ``client`` (its ``build``) in ``mode`` with a fresh ``home`` (emptied first); a proxied
+    run records its traffic in ``record_dir`` (``agentcache proxy --record``, emptied first) when given. The proxy
+    is served as ``agentcache proxy`` serves it (:func:`~agentcache.proxy._server.uvicorn_config`); ``realistic``:
+    the fake answers with a provider's cache accounting (:class:`FakeUpstream`)."""
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
-    driver = CLIENTS[client](home)
-    trace = Trace(client, mode, record_dir=record_dir)
-    with serve(FakeUpstream()) as (fake, fake_url):
+    driver = CLIENTS[client](home, build)
+    trace = Trace(client, mode, build, driver.version(), record_dir=record_dir)
+    with serve(FakeUpstream(realistic=realistic)) as (fake, fake_url):
         if mode == "direct":
-            for scenario, prompt, resume in SCENARIOS:
+            for scenario, prompt, resume in driver.scenarios:
                 start = len(fake.requests)
                 trace.outputs[scenario] = driver.run(fake_url, prompt, resume)
                 for rec in _generation(fake.requests[start:]):
-                    trace.exchanges.append(Exchange(scenario, label(client, scenario, rec), rec))
+                    trace.exchanges.append(Exchange(scenario, label(driver, scenario, rec), rec))
             return trace
         if record_dir is not None:
             shutil.rmtree(record_dir, ignore_errors=True)
-        app = create_app(ProxyConfig(upstream=fake_url, record_dir=record_dir), settings=settings())
-        with capture_logs() as logs, ServerThread(app) as proxy:
+        config = ProxyConfig(upstream=fake_url, record_dir=record_dir, admin_token=ADMIN_TOKEN)
+        app = create_app(config, settings=settings())
+        with capture_logs() as logs, ServerThread(app, proxy=config) as proxy:
             recorder = Recorder(proxy.url)
             with ServerThread(recorder.app) as front:
-                for scenario, prompt, resume in SCENARIOS:
+                for scenario, prompt, resume in driver.scenarios:
                     start = recorder._seq
                     trace.outputs[scenario] = driver.run(front.url, prompt, resume)
                     forwarded = {int(r.headers.get(SEQ_HEADER, -1)): r for r in fake.requests}
@@ -179,10 +182,12 @@ def run_trace(client: str, mode: str, home: Path, record_dir: Path | None = None
                         if fwd is None or fwd.route not in _GENERATION:
                             continue
                         ex = Exchange(
-                            scenario, label(client, scenario, sent), sent, fwd, recorder.sessions.get(seq), seq=seq
+                            scenario, label(driver, scenario, sent), sent, fwd, recorder.sessions.get(seq), seq=seq
                         )
                         trace.exchanges.append(ex)
-                trace.report = httpx.get(f"{proxy.url}/agentcache/v1/report", timeout=30).json()
+                # every tenant's report (the client's API key is its tenant): the admin's view
+                admin = {"x-agentcache-admin-token": ADMIN_TOKEN}
+                trace.report = httpx.get(f"{proxy.url}/agentcache/v1/report", headers=admin, timeout=30).json()
             for ex in trace.exchanges:  # the front server is stopped: every response was relayed in full
                 ex.at, ex.answer = recorder.at[ex.seq], recorder.answers.get(ex.seq)
         for line in logs:
