@@ -115,7 +115,8 @@ def test_proxy_holds_three_siblings_until_the_first_ones_first_byte(upstream: Fa
     assert all(b"message_stop" in r.content for r in responses)
     times = sorted(t - sent for t in arrivals.times)
     assert len(times) == 4
-    assert times[0] < 0.3  # the first goes at once
+    # The first goes at once: it is not among the three held (the hold metrics below); no wall-clock bound on it,
+    # which a loaded machine breaks.
     first_byte = times[0] + TTFB
     for t in times[1:]:  # the others after the first's first byte, well within the 3 s bound
         assert first_byte - 0.05 <= t < times[0] + 3.0
