@@ -36,7 +36,7 @@ from ._boundary import BodyTimeout
 from ._errors import Style, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
 from ._record import exchange_of
-from ._sessions import header_value, identity_of, tenant_of
+from ._sessions import client_of, header_value, identity_of, tenant_of
 from ._state import ProxyState
 
 __all__ = ["handle_api", "read_body", "relay"]
@@ -77,7 +77,7 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         return state.own_error(route, provider, style, 408, str(exc))
     parsed: Any = None
     texts: Any = None
-    tenant = tenant_of(request.headers, state.config.tenant_salt)
+    tenant, client = tenant_of(request.headers, state.config.tenant_salt), client_of(request.headers)
     try:
         parsed, texts = state.parse_memo.loads(raw, hint=tenant)
     except NestingTooDeep as exc:  # fail open: forwarded as sent, the upstream judges a body this deep
@@ -180,8 +180,9 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         if ticket is not None:
             ticket.release()
         await _finish(
-            state, route, provider, model, turn, tenant, upstream.status_code, started, outcome, close_after, ticket
-        )
+            state, route, provider, model, turn, (tenant, client), upstream.status_code, started, outcome,
+            close_after, ticket,
+        )  # fmt: skip
         if state.recorder is not None:  # after the last byte: the line never delays the response
             try:
                 line = exchange_of(
@@ -262,7 +263,7 @@ async def _finish(
     provider: str,
     model: str,
     turn: Turn | None,
-    tenant: str,
+    who: tuple[str, str | None],
     status: int,
     started: float,
     outcome: StreamOutcome,
@@ -270,7 +271,8 @@ async def _finish(
     ticket: Ticket | None = None,
 ) -> None:
     """After the last byte: the turn report and event, metrics, live report, the request's log line, and a
-    requested close."""
+    requested close. ``who``: the caller's tenant and client (:func:`~._sessions.client_of`)."""
+    tenant, client = who
     try:
         latency = time.perf_counter() - started
         state.metrics.latency.labels(route).observe(latency)
@@ -287,7 +289,7 @@ async def _finish(
             )
             fields = _turn_fields(turn, report or turn.report(usage, latency), tenant, usage)
             if report is not None:
-                state.report.record(f"{tenant}/{turn.session.session_id}", tenant, turn, usage)
+                state.report.record(f"{tenant}/{turn.session.session_id}", tenant, turn, usage, client)
                 if close_after:
                     await state.close(tenant, turn.session.session_id, "closed")
         hold = ticket.hold if ticket is not None else None
