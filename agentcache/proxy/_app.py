@@ -53,6 +53,7 @@ from ._forward import DateHeader, UpstreamStreamError
 from ._live_page import live_page
 from ._sessions import tenant_of
 from ._state import ProxyState
+from ._trace import TraceContext
 
 __all__ = ["create_app"]
 
@@ -161,7 +162,11 @@ def create_app(
             yield
 
     # One date header per response: the upstream's when relayed, else the proxy's own (the server adds none).
-    middleware = [Middleware(Boundary, body_timeout=state.config.body_timeout), Middleware(DateHeader)]
+    middleware = [
+        Middleware(Boundary, body_timeout=state.config.body_timeout),
+        Middleware(DateHeader),
+        Middleware(TraceContext),  # the client's trace context, for the turn's span (setting otel)
+    ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled}, middleware=middleware)
     app.state.proxy = state
     return app

@@ -38,6 +38,7 @@ from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers
 from ._record import exchange_of
 from ._sessions import client_of, header_value, identity_of, tenant_of
 from ._state import ProxyState
+from ._trace import tracing_sink
 
 __all__ = ["handle_api", "read_body", "relay"]
 
@@ -368,6 +369,8 @@ async def relay(state: ProxyState, request: Request, route: str = "passthrough")
 
     async def done(outcome: StreamOutcome) -> None:
         latency = time.perf_counter() - started
+        if (tracer := tracing_sink(state.sessions.sinks)) is not None:  # setting otel: a span (never raises)
+            tracer.relayed(request.method, route, status, time.time(), latency)
         state.metrics.latency.labels(route).observe(latency)
         state.count_request(route, provider, "", outcome.counted_status(status))
         if outcome.status == "upstream_error":
