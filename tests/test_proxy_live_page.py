@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agentcache._config import Settings
 from agentcache.proxy import ProxyConfig, create_app
 from tests import needs
 from tests.test_proxy_support import (
@@ -145,3 +146,54 @@ def test_live_page_updates_in_headless_chromium() -> None:
                 driver.save_screenshot(str(DOCS_IMAGE))
     finally:
         driver.quit()
+
+
+def _table(html: str, table_id: str) -> list[list[str]]:
+    """The body rows of the table ``table_id`` as cell texts (tags dropped)."""
+    found = re.search(rf'<table id="{table_id}">.*?<tbody>(.*?)</tbody>', html, re.S)
+    assert found is not None, f"no table {table_id}"
+    rows = re.findall(r"<tr>(.*?)</tr>", found.group(1), re.S)
+    return [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)] for r in rows]
+
+
+def test_live_page_shows_keep_warm_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_proxy_keepwarm import HEADERS, Clock, served
+
+    clock = Clock()
+    clock.install(monkeypatch)
+
+    async def no_wait(seconds: float) -> None:
+        pass
+
+    async def scenario() -> str:
+        fake = FakeUpstream()
+        async with served(Settings(keep_warm=True, ttl_policy="5m"), fake, no_wait) as (client, _):
+            for n in (1, 3, 5):
+                r = await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=HEADERS)
+                assert r.status_code == 200
+                clock.now += 600
+                await asyncio.sleep(0.05)
+            return (await client.get("/agentcache/?fragment=1", headers=HEADERS)).text
+
+    rows = _table(asyncio.run(scenario()), "keep-warm")
+    send = next(r for r in rows if r[0] == "send")
+    assert send[1:4] == ["2", "1", "4"]  # turns 2 and 3 each planned 2 refreshes (tests/test_proxy_keepwarm.py)
+
+
+def test_live_page_shows_coalesced_siblings() -> None:
+    from tests.test_coalesce import Arrivals, _proxy, _send_siblings, sibling
+    from tests.test_wrap_upstream import FakeUpstream as ThreadedUpstream
+
+    up = ThreadedUpstream()
+    try:
+        Arrivals(up)
+        app, _ = _proxy(up)
+        with ServerThread(app) as server:
+            _, responses = asyncio.run(_send_siblings(server.url, [sibling(i) for i in range(4)]))
+            assert [r.status_code for r in responses] == [200] * 4
+            html = httpx.get(server.url + "/agentcache/?fragment=1").text
+    finally:
+        up.close()
+    (released,) = [r for r in _table(html, "coalescing") if r[0] == "released"]
+    assert released[1:3] == ["3", "3"] and float(released[3]) > 1.0
+    assert 3 * 3000 <= int(released[4].replace(",", "")) <= 3 * 3300  # as test_coalesce.py measures it

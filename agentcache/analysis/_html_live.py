@@ -6,7 +6,8 @@ It shows, for the tenant whose report it is: the arms' totals (USD spent as repo
 the client's own requests); the sessions as a tree (lineage → sessions → subagents) with their client, model,
 turns, hit rate, USD spent and saved, and their last break or miss; a timeline per recent session (each turn's
 prompt tokens read / written / uncached as the upstream reported them, a mark above each turn that broke its prefix
-or missed the cache); breaks and misses by cause with the tokens and USD they lost; the TTL decisions. Everything is
+or missed the cache); breaks and misses by cause with the tokens and USD they lost; the TTL, keep-warm and
+coalescing decisions of the recent turns. Everything is
 read from the report; nothing here keeps state. A break's or miss's USD lost is what its lost tokens cost beyond
 reading them, at its turn's model's prices (a repaired break lost nothing).
 """
@@ -50,6 +51,20 @@ class CauseRow:
     usd_lost: float
 
 
+@dataclass(frozen=True, slots=True)
+class DecisionRow:
+    """Requests that got one ``decision`` (keep-warm: ``send`` or ``skip``; coalescing: the hold's outcome), in how
+    many sessions, with a ``total`` (keep-warm: pings planned; coalescing: seconds held), the write tokens holding
+    saved (``saved``; 0 for keep-warm) and the latest ``reason`` (keep-warm's)."""
+
+    decision: str
+    requests: int
+    sessions: int
+    total: float
+    saved: int
+    reason: str
+
+
 @dataclass(slots=True)
 class Timeline:
     """One session's turns drawn as a chart, with its marks (request index → what broke or missed there)."""
@@ -79,6 +94,8 @@ class LiveView:
     timelines: list[Timeline]
     causes: list[CauseRow]
     ttl: list[TTLGroup]
+    keep_warm: list[DecisionRow]
+    coalesced: list[DecisionRow]
     colors: dict[str, str] = field(default_factory=dict)
 
 
@@ -120,6 +137,24 @@ def _causes(report: AuditReport, turns: dict[tuple[str, int], TurnRecord]) -> li
         for (kind, cause), items in rows.items()
     ]
     return sorted(out, key=lambda r: (-r.usd_lost, -r.tokens_lost, r.kind, r.cause))
+
+
+def _decisions(turns: list[TurnRecord], name: str) -> list[DecisionRow]:
+    """The keep-warm (``name`` ``keep_warm``) or coalescing (``coalesced``) decisions of ``turns``, grouped."""
+    rows: dict[str, list[Any]] = defaultdict(list)
+    for t in turns:
+        d = getattr(t.prepared, name, None)
+        if d is None:
+            continue
+        if name == "keep_warm":
+            key, item = ("send" if d.send else "skip"), (t.session, d.count if d.send else 0, 0, d.reason)
+        else:
+            key, item = d.outcome, (t.session, d.waited_s, d.saved_tokens, "")
+        rows[key].append(item)
+    return [
+        DecisionRow(k, len(v), len({i[0] for i in v}), sum(i[1] for i in v), sum(i[2] for i in v), v[-1][3])
+        for k, v in sorted(rows.items())
+    ]
 
 
 def _marks(report: AuditReport) -> tuple[dict[str, dict[int, str]], dict[str, str]]:
@@ -186,6 +221,8 @@ def build_live_view(report: AuditReport, tenant: str | None) -> LiveView:
         timelines=_timelines(report, marks),
         causes=_causes(report, turns),
         ttl=group_ttl(report.turns),
+        keep_warm=_decisions(report.turns, "keep_warm"),
+        coalesced=_decisions(report.turns, "coalesced"),
         colors=arm_colors(list(report.totals)),
     )
 

@@ -64,12 +64,16 @@ REPORT_SHARES = {"prefixes": 0.5, "sessions": 0.2, "records": 0.1, "static": 0.1
 class LiveTurn:
     """What the live page needs of one request's pipeline decision (a kept turn record's ``prepared``): the
     ``client`` that sent it (the agent it declares, else its user agent's product; None when unknown), the
-    ``model`` it named, the ``provider`` whose prices apply, and the TTL decision (``ttl``; None off Anthropic)."""
+    ``model`` it named, the ``provider`` whose prices apply, the TTL decision (``ttl``; None off Anthropic), the
+    keep-warm decision made after it (``keep_warm``: a ``KeepWarmDecision``; None when none was made) and, when it
+    was held for a sibling writing its prefix, the hold (``coalesced``: a :class:`~agentcache.session.Hold`)."""
 
     client: str | None
     model: str
     provider: str
     ttl: Any = None
+    keep_warm: Any = None
+    coalesced: Any = None
 
 
 class LiveReport:
@@ -108,10 +112,17 @@ class LiveReport:
         self.model_uses: Counter[tuple[str, str, str]] = Counter()
 
     def record(
-        self, session: str, tenant: str, turn: Turn, usage: CacheUsage | None, client: str | None = None
+        self,
+        session: str,
+        tenant: str,
+        turn: Turn,
+        usage: CacheUsage | None,
+        client: str | None = None,
+        keep_warm: Any = None,
+        hold: Any = None,
     ) -> None:
-        """Add one committed request: its session key (``tenant/sid``), the turn, the reported usage and the
-        ``client`` that sent it (when known)."""
+        """Add one committed request: its session key (``tenant/sid``), the turn, the reported usage, and when
+        known the ``client`` that sent it, the keep-warm decision made after it and its coalescing ``hold``."""
         target = turn.session.target
         assert target is not None
         prepared = turn.prepared
@@ -136,7 +147,7 @@ class LiveReport:
         usages = {arm: r.usage for arm, r in done.results.items()}
         if done.reported is not None:
             usages["reported"] = done.reported
-        live = LiveTurn(client, model or "", target.name, prepared.ttl)
+        live = LiveTurn(client, model or "", target.name, prepared.ttl, keep_warm, hold)
         self.turns.append(TurnRecord(session, turn.signal.turn, prepared.at, usages, prepared.repairs, (), live))
         if self.engine is not None and getattr(target, "engine", None) == Engine.LLAMA_CPP:
             self.engine.submit(session, turn.api, turn.body, usage)
