@@ -88,8 +88,17 @@ def attributes(span: Any) -> dict[str, Any]:
     return out
 
 
+def _refuse_seven(seen: Any) -> httpx.Response | None:
+    """The fake upstream's fault: a request asking for 7 tokens is refused (503)."""
+    if seen.path == "/v1/messages" and seen.json().get("max_tokens") == 7:
+        return httpx.Response(503, json={"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
+    return None
+
+
 def _run_proxy(fake: FakeUpstream) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Four requests through the proxy with otel on: two turns (the first with a traceparent), a break, a relay."""
+    """Five requests through the proxy with otel on: two turns (the first with a traceparent), a break, a relay, and
+    a request the upstream refuses."""
+    fake.fault = _refuse_seven
     msgs = conversation(6)
 
     async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -111,6 +120,9 @@ def _run_proxy(fake: FakeUpstream) -> tuple[list[dict[str, Any]], list[dict[str,
                 sent.append(changed)
                 usages.append(r.json()["usage"])
                 assert (await client.get("/v1/models", headers=main)).status_code == 200
+                failing = {"x-api-key": ANTHROPIC_KEY, "x-agentcache-session": "otel-fail"}
+                r = await client.post("/v1/messages", json=anthropic_body(msgs[:1], max_tokens=7), headers=failing)
+                assert r.status_code == 503
             sink = tracing_sink(state.sessions.sinks)
             assert sink is not None
             sink.flush()
@@ -145,6 +157,9 @@ def test_proxy_turns_become_spans_with_genai_and_agentcache_attributes(receiver:
     assert by_start[1].trace_id.hex() != TRACE_ID and by_start[1].parent_span_id == b""  # no traceparent: a root
     assert all(s.kind == s.SPAN_KIND_CLIENT and s.end_time_unix_nano > s.start_time_unix_nano for s in turns)
 
+    (retry,) = receiver.named("retry")
+    assert retry.status.code == retry.status.STATUS_CODE_ERROR and retry.status.message == "http_503"
+    assert attributes(retry)["agentcache.session"] == "otel-fail" and attributes(retry)["agentcache.attempt"] == 1
     relayed = receiver.named("GET relay")
     assert len(relayed) == 1 and attributes(relayed[0])["http.response.status_code"] == 200
     exported = b"".join(receiver.bodies)
@@ -187,4 +202,4 @@ def test_an_unreachable_exporter_never_touches_a_request(monkeypatch: pytest.Mon
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
     fake = FakeUpstream()
     _sent, usages = _run_proxy(fake)
-    assert len(usages) == 3 and all(u["input_tokens"] >= 0 for u in usages) and len(fake.requests) == 4
+    assert len(usages) == 3 and all(u["input_tokens"] >= 0 for u in usages) and len(fake.requests) == 5

@@ -69,7 +69,7 @@ async def _tenant_only() -> None:
         assert "default-src 'none'" in page.headers["content-security-policy"]
         html = page.text
         assert "other-secret" not in html and "http://" not in html.replace("http://www.w3.org", "")
-        rows = re.findall(r'<tr class="(root|sub)" data-session="[^"]*/(\w+)">', html)
+        rows = re.findall(r'<tr class="(root|sub)" data-session="[^"]*/(\w+)"', html)
         assert rows == [("root", "main"), ("sub", "helper")]
         assert re.search(r'<td class="cause"><code>system\.changed</code>', html)
         assert html.count('class="panel timeline"') == 2 and 'class="miss"' in html
