@@ -141,9 +141,19 @@ def test_live_page_updates_in_headless_chromium() -> None:
             assert "system.changed" in driver.find_element(By.ID, "causes").text
             assert "other-secret" not in driver.page_source
             assert driver.find_element(By.ID, "status").text == "live"
+            # Readable on a laptop screen: nothing wider than a 1280-pixel window.
+            driver.set_window_size(1280, 800)
+            assert driver.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+            driver.set_window_size(1400, 1100)
             if os.environ.get("AGENTCACHE_DOCS_SCREENSHOT") == "1":
                 DOCS_IMAGE.parent.mkdir(parents=True, exist_ok=True)
                 driver.save_screenshot(str(DOCS_IMAGE))
+            # The system's dark mode: a dark background, light text.
+            driver.execute_cdp_cmd(
+                "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+            )
+            background = driver.execute_script("return getComputedStyle(document.body).backgroundColor")
+            assert background == "rgb(18, 23, 28)"
     finally:
         driver.quit()
 
