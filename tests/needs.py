@@ -28,6 +28,7 @@ _EXTRAS = {
     "redis": "redis",
     "tokenizers": "dev",
     "selenium": "dev",
+    "opentelemetry": "otel",
     "langchain": "frameworks",
     "litellm": "frameworks",
 }

@@ -72,6 +72,7 @@ async def _tenant_only() -> None:
         rows = re.findall(r'<tr class="(root|sub)" data-session="[^"]*/(\w+)"', html)
         assert rows == [("root", "main"), ("sub", "helper")]
         assert re.search(r'<td class="cause"><code>system\.changed</code>', html)
+        assert html.count("<td>python-httpx</td><td>claude-opus-4-8</td>") == 2  # client (its user agent), model
         assert html.count('class="panel timeline"') == 2 and 'class="miss"' in html
         causes = re.search(r'<table id="causes">.*?</table>', html, re.S)
         assert causes is not None and "system.changed" in causes.group(0)
