@@ -46,7 +46,8 @@ class Settings(BaseSettings):
     previous response's id to the request (and Anthropic's ``cache-diagnosis-2026-04-07`` beta header).
     ``coalesce``: hold a request (proxy; ``wrap()`` around async clients) whose new shared prefix a sibling is
     writing until that sibling's first response byte (:mod:`agentcache.session._coalesce`); ``coalesce_timeout``:
-    the most seconds one hold lasts.
+    the most seconds one hold lasts. ``otel``: export a span per turn over OTLP (:mod:`agentcache.session._otel`;
+    the ``otel`` extra), configured by the standard ``OTEL_*`` variables; off by default.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTCACHE_", extra="ignore")
@@ -72,6 +73,7 @@ class Settings(BaseSettings):
     provider_diagnostics: bool = False
     coalesce: bool = True
     coalesce_timeout: float = Field(default=3.0, ge=0)
+    otel: bool = False
 
     @field_validator("models", mode="before")
     @classmethod

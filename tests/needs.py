@@ -12,7 +12,7 @@ __all__ = ["CHROMIUM", "LLAMA", "NOT_APPLICABLE", "REDIS", "SGLANG", "SGLANG_WHE
 SGLANG = "needs SGLang: sglang and (CPU) torch importable (not in CI; see tests/README.md)"
 SGLANG_WHEEL = "needs the sglang wheel: downloaded from PyPI once into ~/.cache/agentcache/wheels (offline?)"
 LLAMA = "needs llama.cpp: llama-server and the SmolLM2 GGUF (scripts/build-llama-server --with-model)"
-CHROMIUM = "needs Chromium (apt-get install chromium)"
+CHROMIUM = "needs Chromium and its driver (apt-get install chromium chromium-driver)"
 REDIS = "needs redis-server (apt-get install redis-server)"
 #: Not a missing component: the test does not apply to what it was given (a client that sends no such message).
 NOT_APPLICABLE = "does not apply"
@@ -27,6 +27,8 @@ _EXTRAS = {
     "httpx": "sinks",
     "redis": "redis",
     "tokenizers": "dev",
+    "selenium": "dev",
+    "opentelemetry": "otel",
     "langchain": "frameworks",
     "litellm": "frameworks",
 }

@@ -94,16 +94,21 @@ def _last_causes(misses: Iterable[MissRecord]) -> dict[str, str]:
 
 
 def build_tree(
-    sessions: Sequence[SessionReport], misses: Iterable[MissRecord], top: int, max_children: int = MAX_CHILDREN
+    sessions: Sequence[SessionReport],
+    misses: Iterable[MissRecord],
+    top: int,
+    max_children: int = MAX_CHILDREN,
+    last: dict[str, str] | None = None,
 ) -> tuple[list[TreeRow], dict[str, Any] | None]:
     """The rows of the ``top`` lineages that lost the most USD (then cost the most), each root followed by at most
-    ``max_children`` of its subagents; and the other lineages summed (None when all are shown)."""
+    ``max_children`` of its subagents; and the other lineages summed (None when all are shown). ``last``: each
+    session's last miss cause (default: of its ``misses`` on the ``reported`` arm)."""
 
     def rank(tree: list[tuple[SessionReport, int]]) -> tuple[float, float]:
         return -sum(s.usd_lost for s, _ in tree), -sum(s.arms["reported"].cost_usd for s, _ in tree)
 
     lineages = sorted(_lineages(sessions), key=rank)
-    last = _last_causes(misses)
+    last = _last_causes(misses) if last is None else last
     rows: list[TreeRow] = []
     for tree in lineages[:top]:
         root, _ = tree[0]

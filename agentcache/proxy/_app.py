@@ -11,6 +11,8 @@ route                                          served by
                                                id holding ``/`` is sent percent-encoded, ``%2F``)
 ``GET /agentcache/v1/report``                  live report, audit JSON schema: the caller's own tenant; all
                                                tenants or another one with the admin token
+``GET /agentcache/``                           the live report as a page that updates itself (same tenant rules;
+                                               :mod:`agentcache.proxy._live_page`)
 ``GET /agentcache/v1/health``                  the proxy's own health, for load balancers (no token)
 ``GET /metrics``                               Prometheus text format (admin token when one is set; else loopback)
 anything else under ``/agentcache/``           404, or 405 for a known path (never relayed); so is any other
@@ -48,8 +50,10 @@ from ._config import ProxyConfig
 from ._core import handle_api, relay
 from ._errors import ROUTES, style_for
 from ._forward import DateHeader, UpstreamStreamError
+from ._live_page import live_page
 from ._sessions import tenant_of
 from ._state import ProxyState
+from ._trace import TraceContext
 
 __all__ = ["create_app"]
 
@@ -94,6 +98,9 @@ def create_app(
         headers = {"x-agentcache-tenant": tenant or "*"}  # which view this is (tenant ids are hex or "anonymous")
         return Response(json.dumps(doc, indent=2).encode(), media_type="application/json", headers=headers)
 
+    async def page(request: Request) -> Response:
+        return live_page(state, request)
+
     async def close(request: Request) -> Response:
         sid = request.path_params["session_id"]
         tenant = tenant_of(request.headers, state.config.tenant_salt)
@@ -124,6 +131,7 @@ def create_app(
     own: list[BaseRoute] = [
         close_route(close),
         Route("/agentcache/v1/report", report, methods=["GET"]),
+        Route("/agentcache/", page, methods=["GET"]),
         Route("/agentcache/v1/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
@@ -154,7 +162,11 @@ def create_app(
             yield
 
     # One date header per response: the upstream's when relayed, else the proxy's own (the server adds none).
-    middleware = [Middleware(Boundary, body_timeout=state.config.body_timeout), Middleware(DateHeader)]
+    middleware = [
+        Middleware(Boundary, body_timeout=state.config.body_timeout),
+        Middleware(DateHeader),
+        Middleware(TraceContext),  # the client's trace context, for the turn's span (setting otel)
+    ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled}, middleware=middleware)
     app.state.proxy = state
     return app

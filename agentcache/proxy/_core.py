@@ -30,14 +30,16 @@ from ..model._rawjson import NestingTooDeep
 from ..model._splice import dumps_spliced
 from ..model._types import Api, TargetKind
 from ..model._usage import CacheUsage
+from ..policies import KeepWarmDecision
 from ..session import Turn
 from ..session._coalesce import Ticket
 from ._boundary import BodyTimeout
 from ._errors import Style, style_for
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
 from ._record import exchange_of
-from ._sessions import header_value, identity_of, tenant_of
+from ._sessions import client_of, header_value, identity_of, tenant_of
 from ._state import ProxyState
+from ._trace import tracing_sink
 
 __all__ = ["handle_api", "read_body", "relay"]
 
@@ -77,7 +79,7 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         return state.own_error(route, provider, style, 408, str(exc))
     parsed: Any = None
     texts: Any = None
-    tenant = tenant_of(request.headers, state.config.tenant_salt)
+    tenant, client = tenant_of(request.headers, state.config.tenant_salt), client_of(request.headers)
     try:
         parsed, texts = state.parse_memo.loads(raw, hint=tenant)
     except NestingTooDeep as exc:  # fail open: forwarded as sent, the upstream judges a body this deep
@@ -151,14 +153,14 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
     state.metrics.ttfb.labels(route).observe(time.perf_counter() - started)
     ok = 200 <= upstream.status_code < 300
     extra: list[tuple[bytes, bytes]] = []
-    tap = None
+    tap, warm = None, None
     close_after = False
     try:  # from here on the upstream has answered: nothing of ours may lose that answer
         if turn is not None:
             if ok:
                 await _commit(state, turn)
                 if turn.committed and state.settings.keep_warm:
-                    _keep_warm(state, turn, tenant, str(req.url), headers)
+                    warm = _keep_warm(state, turn, tenant, str(req.url), headers)
             else:
                 turn.fail(f"http_{upstream.status_code}")
             extra = [
@@ -180,8 +182,9 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
         if ticket is not None:
             ticket.release()
         await _finish(
-            state, route, provider, model, turn, tenant, upstream.status_code, started, outcome, close_after, ticket
-        )
+            state, route, provider, model, turn, (tenant, client, warm), upstream.status_code, started, outcome,
+            close_after, ticket,
+        )  # fmt: skip
         if state.recorder is not None:  # after the last byte: the line never delays the response
             try:
                 line = exchange_of(
@@ -236,24 +239,29 @@ async def _commit(state: ProxyState, turn: Turn) -> None:
         log.info("proxy.stale_response", session_id=turn.session.session_id, generation=turn.generation)
 
 
-def _keep_warm(state: ProxyState, turn: Turn, tenant: str, url: str, headers: list[tuple[bytes, bytes]]) -> None:
-    """After a committed Anthropic turn, schedule keep-warm requests when the TTL policy says they pay."""
+def _keep_warm(
+    state: ProxyState, turn: Turn, tenant: str, url: str, headers: list[tuple[bytes, bytes]]
+) -> KeepWarmDecision | None:
+    """After a committed Anthropic turn, schedule keep-warm requests when the TTL policy says they pay; the
+    decision (None when there was none to make)."""
     sess = turn.session
     if turn.api != Api.ANTHROPIC_MESSAGES or sess.target is None or sess.target.kind != TargetKind.ANTHROPIC:
-        return  # a local engine has no TTL to bridge
+        return None  # a local engine has no TTL to bridge
     try:
         decision = sess.pipeline.keep_warm()
         body = sess.pipeline.keep_warm_body()
         if decision is None or body is None:
-            return
+            return None
         generation, turns = sess.generation, sess.turns
 
         def current() -> bool:
             return not sess.closed and sess.generation == generation and sess.turns == turns
 
         state.keep_warm.schedule(f"{tenant}/{sess.session_id}", decision, url, headers, body, current)
+        return decision
     except Exception as exc:
         state.fail_open("keep_warm", exc)
+        return None
 
 
 async def _finish(
@@ -262,7 +270,7 @@ async def _finish(
     provider: str,
     model: str,
     turn: Turn | None,
-    tenant: str,
+    who: tuple[str, str | None, KeepWarmDecision | None],
     status: int,
     started: float,
     outcome: StreamOutcome,
@@ -270,7 +278,10 @@ async def _finish(
     ticket: Ticket | None = None,
 ) -> None:
     """After the last byte: the turn report and event, metrics, live report, the request's log line, and a
-    requested close."""
+    requested close. ``who``: the caller's tenant, its client (:func:`~._sessions.client_of`) and the turn's
+    keep-warm decision."""
+    tenant, client, warm = who
+    hold = ticket.hold if ticket is not None else None
     try:
         latency = time.perf_counter() - started
         state.metrics.latency.labels(route).observe(latency)
@@ -287,10 +298,9 @@ async def _finish(
             )
             fields = _turn_fields(turn, report or turn.report(usage, latency), tenant, usage)
             if report is not None:
-                state.report.record(f"{tenant}/{turn.session.session_id}", tenant, turn, usage)
+                state.report.record(f"{tenant}/{turn.session.session_id}", tenant, turn, usage, client, warm, hold)
                 if close_after:
                     await state.close(tenant, turn.session.session_id, "closed")
-        hold = ticket.hold if ticket is not None else None
         if hold is not None:
             fields["coalesce"] = {
                 "outcome": hold.outcome,
@@ -366,6 +376,8 @@ async def relay(state: ProxyState, request: Request, route: str = "passthrough")
 
     async def done(outcome: StreamOutcome) -> None:
         latency = time.perf_counter() - started
+        if (tracer := tracing_sink(state.sessions.sinks)) is not None:  # setting otel: a span (never raises)
+            tracer.relayed(request.method, route, status, time.time(), latency)
         state.metrics.latency.labels(route).observe(latency)
         state.count_request(route, provider, "", outcome.counted_status(status))
         if outcome.status == "upstream_error":

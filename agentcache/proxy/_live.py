@@ -18,15 +18,21 @@ a number of prefixes in all (see the ledger; each simulator keeps at most
 :data:`~agentcache.simulate._base.MAX_MODEL_SCOPES` model scopes, least recently used dropped), the cross-session
 static heads, and the provider/model names seen (the most common ``max_names``, each bounded). Every part evicts its
 oldest; :meth:`LiveReport.estimated_bytes` is what the proxy's budget measures.
+
+It also keeps the most recent ``max_records`` requests as turn records
+(:class:`~agentcache.analysis._report.TurnRecord`: each arm's usage and the repairs; in place of the pipeline's whole
+decision, a :class:`LiveTurn`: its client, model and TTL decision, never a request body) for the live page's
+per-session timelines (:mod:`._live_page`); they are not part of the JSON document.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
+from dataclasses import dataclass
 from typing import Any
 
 from ..analysis._ledger import Ledger
-from ..analysis._report import ArmMetrics, AuditReport, ModelRecord
+from ..analysis._report import ArmMetrics, AuditReport, ModelRecord, TurnRecord
 from ..model._rules import lookup_model
 from ..model._types import Engine, TargetKind
 from ..model._usage import CacheUsage
@@ -35,7 +41,7 @@ from ..session._metrics import provider_label
 from ._engine_arm import ENGINE_ARM, EngineArm
 from ._metrics import ProxyMetrics
 
-__all__ = ["LIVE_ARMS", "LiveReport"]
+__all__ = ["LIVE_ARMS", "LiveReport", "LiveTurn"]
 
 LIVE_ARMS = ("as_sent", "agentcache", "reported")
 #: Bytes per session report (three arms' metrics): 837 B measured with a ``sys.getsizeof`` walk over 1,500
@@ -46,9 +52,28 @@ SESSION_REPORT_BYTES = 900
 SIM_PREFIX_BYTES = 600
 #: Bytes per break or miss record with its strings (paths, causes, session key): an upper estimate.
 RECORD_BYTES = 1500
+#: Bytes per kept turn record (four arms' usage, the repairs and markers, the client and model names): an upper
+#: estimate.
+TURN_BYTES = 1200
 #: How the report's ``max_bytes`` is shared out: the simulated caches' prefixes, the per-session arms, the break and
 #: miss records, the cross-session static heads; the rest (names, the engine arm) is small.
 REPORT_SHARES = {"prefixes": 0.5, "sessions": 0.2, "records": 0.1, "static": 0.15}
+
+
+@dataclass(frozen=True, slots=True)
+class LiveTurn:
+    """What the live page needs of one request's pipeline decision (a kept turn record's ``prepared``): the
+    ``client`` that sent it (the agent it declares, else its user agent's product; None when unknown), the
+    ``model`` it named, the ``provider`` whose prices apply, the TTL decision (``ttl``; None off Anthropic), the
+    keep-warm decision made after it (``keep_warm``: a ``KeepWarmDecision``; None when none was made) and, when it
+    was held for a sibling writing its prefix, the hold (``coalesced``: a :class:`~agentcache.session.Hold`)."""
+
+    client: str | None
+    model: str
+    provider: str
+    ttl: Any = None
+    keep_warm: Any = None
+    coalesced: Any = None
 
 
 class LiveReport:
@@ -75,6 +100,8 @@ class LiveReport:
             max_static_bytes=int(max_bytes * REPORT_SHARES["static"]),
         )
         self.max_names = max_names
+        #: the most recent requests (see the module docstring), at most as many as breaks and misses
+        self.turns: deque[TurnRecord] = deque(maxlen=self.ledger.max_records)
         #: the ``engine`` arm, set by the proxy in front of a llama.cpp engine
         self.engine: EngineArm | None = None
         #: requests per (tenant, provider) and per (tenant, model): the report's top-level ``provider``/``model``
@@ -84,8 +111,18 @@ class LiveReport:
         #: requests per (tenant, provider, model), for the report's ``models`` (a caller sees its own tenant's)
         self.model_uses: Counter[tuple[str, str, str]] = Counter()
 
-    def record(self, session: str, tenant: str, turn: Turn, usage: CacheUsage | None) -> None:
-        """Add one committed request: its session key (``tenant/sid``), the turn and the reported usage."""
+    def record(
+        self,
+        session: str,
+        tenant: str,
+        turn: Turn,
+        usage: CacheUsage | None,
+        client: str | None = None,
+        keep_warm: Any = None,
+        hold: Any = None,
+    ) -> None:
+        """Add one committed request: its session key (``tenant/sid``), the turn, the reported usage, and when
+        known the ``client`` that sent it, the keep-warm decision made after it and its coalescing ``hold``."""
         target = turn.session.target
         assert target is not None
         prepared = turn.prepared
@@ -107,6 +144,11 @@ class LiveReport:
             parent=parent,
             lineage=lineage,
         )
+        usages = {arm: r.usage for arm, r in done.results.items()}
+        if done.reported is not None:
+            usages["reported"] = done.reported
+        live = LiveTurn(client, model or "", target.name, prepared.ttl, keep_warm, hold)
+        self.turns.append(TurnRecord(session, turn.signal.turn, prepared.at, usages, prepared.repairs, (), live))
         if self.engine is not None and getattr(target, "engine", None) == Engine.LLAMA_CPP:
             self.engine.submit(session, turn.api, turn.body, usage)
         if self.metrics is not None:  # the reported arm's cost comes from the turn's event
@@ -128,6 +170,7 @@ class LiveReport:
             len(led.sessions) * SESSION_REPORT_BYTES
             + led.simulated_prefixes() * SIM_PREFIX_BYTES
             + (len(led.breaks) + len(led.misses) + len(led.errors)) * RECORD_BYTES
+            + len(self.turns) * TURN_BYTES
             + led.static_bytes()
             + names
             + (self.engine.estimated_bytes() if self.engine is not None else 0)
@@ -136,6 +179,8 @@ class LiveReport:
     def report(self, tenant: str | None = None) -> AuditReport:
         """The report (only ``tenant``'s sessions, breaks and misses when given; totals are then theirs)."""
         report = self.ledger.report(_single(self.providers, tenant), _single(self.models, tenant), tenant)
+        prefix = None if tenant is None else tenant + "/"
+        report.turns = [t for t in self.turns if prefix is None or t.session.startswith(prefix)]
         uses: Counter[tuple[str, str]] = Counter()
         for (who, provider, model), n in self.model_uses.items():
             if tenant is None or who == tenant:

@@ -18,7 +18,7 @@ from ..model._bounded import bounded
 from ..model._types import Api
 from ..session import LOCAL_TENANT, Identity, declared_by
 
-__all__ = ["ANONYMOUS", "header_value", "identity_of", "tenant_of"]
+__all__ = ["ANONYMOUS", "client_of", "header_value", "identity_of", "tenant_of"]
 
 ANONYMOUS = LOCAL_TENANT
 _KEY_HEADERS = ("x-api-key", "api-key")
@@ -34,6 +34,16 @@ def tenant_of(headers: Mapping[str, str], salt: str) -> str:
     if key is None:
         return ANONYMOUS
     return blake2b(key.encode(), digest_size=8, key=salt.encode()[:64]).hexdigest()
+
+
+def client_of(headers: Mapping[str, str]) -> str | None:
+    """Which client sent a request, for the live page: the agent its headers declare (``claude-code``, ``codex``,
+    ``opencode``...), else the product of its ``user-agent`` (``anthropic-python``, cut to 40 characters), else None."""
+    declared = declared_by(headers)
+    if declared is not None:
+        return declared.client
+    agent = headers.get("user-agent", "").split("/")[0].split(" ")[0].strip()
+    return agent[:40] or None
 
 
 def identity_of(api: Api, headers: Mapping[str, str], body: Mapping[str, Any], tenant: str) -> Identity:

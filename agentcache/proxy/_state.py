@@ -34,6 +34,7 @@ from ._keepwarm import KeepWarmer
 from ._live import LiveReport
 from ._metrics import ProxyMetrics, model_label
 from ._record import Recorder
+from ._trace import tracing_sink
 from ._transport import CLOSES_AFTER_STREAM, ShardedTransport, UpstreamClient, env_proxy
 
 __all__ = ["ProxyState"]
@@ -213,6 +214,8 @@ class ProxyState:
         for sink in self.sessions.sinks:
             if isinstance(sink, SGLangSink):
                 await sink.aflush(5.0)
+        if (tracer := tracing_sink(self.sessions.sinks)) is not None:  # the spans still pending (setting otel)
+            await asyncio.to_thread(tracer.shutdown)
         if self._background:
             await asyncio.wait(set(self._background), timeout=5.0)
         if self.recorder is not None:  # after the last response: its line is queued

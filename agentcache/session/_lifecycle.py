@@ -30,13 +30,19 @@ Retry versus new generation (the contract):
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from .._log import enabled, get_logger
 from ..model._fields import LifecycleEvent, SessionSignal
 
-__all__ = ["Sink", "annotate", "emit"]
+__all__ = ["TRACE_HEADERS", "Sink", "annotate", "emit"]
+
+#: The W3C trace-context headers (``traceparent``, ``tracestate``) of the request a door is serving, for sinks that
+#: continue the client's trace (:class:`~agentcache.session._otel.OtelSink`): the proxy sets them per request (each
+#: request runs in its own context); None outside a request that sent them.
+TRACE_HEADERS: ContextVar[Mapping[str, str] | None] = ContextVar("agentcache_trace_headers", default=None)
 
 log_name = "agentcache.session"
 log = get_logger(log_name)

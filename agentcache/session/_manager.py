@@ -67,6 +67,18 @@ SIBLING_HASH_BYTES = 60
 DEFAULT_MAX_SCOPE_BYTES = 64 * 1024 * 1024
 
 
+def _otel_sink() -> Sink:
+    """The OpenTelemetry sink (setting ``otel``; imported only then); ConfigError with the install hint when the
+    ``otel`` extra is missing."""
+    try:
+        from ._otel import OtelSink
+    except ImportError as exc:
+        from .._install import install_hint
+
+        raise ConfigError(f"the otel setting needs OpenTelemetry ({exc.name}): {install_hint('otel')}") from None
+    return OtelSink()
+
+
 class Manager:
     """The session manager's state and the operations that need no request (see the module docstring).
 
@@ -112,6 +124,8 @@ class Manager:
         self._lineage_bytes = 0
         #: Registered lifecycle sinks; append or remove at any time.
         self.sinks: list[Sink] = list(sinks)
+        if self.settings.otel:
+            self.sinks.append(_otel_sink())
         self._lock = threading.RLock()
         self._lineages: OrderedDict[str, Lineage] = OrderedDict()
         self._scopes: OrderedDict[tuple[str, TargetKind], ScopeMemory] = OrderedDict()
