@@ -75,8 +75,9 @@ def _relay_app(client: str, upstream: str) -> Any:
 async def _via_httpcore(state: dict[str, Any], url: str, headers: list[Any], body: bytes) -> Any:
     import httpcore
 
-    pool = state.setdefault("pool", httpcore.AsyncConnectionPool(max_connections=100))
-    async with pool.stream("POST", url, headers=headers, content=body) as response:
+    if "pool" not in state:  # one pool per process (not ``setdefault``: that would build one per request)
+        state["pool"] = httpcore.AsyncConnectionPool(max_connections=100)
+    async with state["pool"].stream("POST", url, headers=headers, content=body) as response:
         async for chunk in response.aiter_stream():
             yield chunk
 
@@ -84,8 +85,9 @@ async def _via_httpcore(state: dict[str, Any], url: str, headers: list[Any], bod
 async def _via_httpx(state: dict[str, Any], url: str, headers: list[Any], body: bytes) -> Any:
     import httpx
 
-    transport = state.setdefault("transport", httpx.AsyncHTTPTransport())
-    response = await transport.handle_async_request(httpx.Request("POST", url, headers=headers, content=body))
+    if "transport" not in state:
+        state["transport"] = httpx.AsyncHTTPTransport()
+    response = await state["transport"].handle_async_request(httpx.Request("POST", url, headers=headers, content=body))
     try:
         async for chunk in response.stream:  # type: ignore[union-attr]
             yield chunk
