@@ -316,7 +316,7 @@ def _free_port() -> int:
         return port
 
 
-def _wait(port: int, timeout: float = 120.0) -> None:
+def _wait(port: int, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
