@@ -521,6 +521,7 @@ def _add_workers(
             [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up_port}",
              "--port", str(port), "--workers", str(n), "--redis-url", f"redis://127.0.0.1:{rport}"],
             port,
+            env={"AGENTCACHE_PROXY_REDIS_PREFIX": f"bench-{n}"},  # its own sessions: the targets get the same bodies
         ))  # fmt: skip
         targets[f"agentcache redis, {n} worker{'s' if n > 1 else ''}"] = (port, "/v1/messages")
 

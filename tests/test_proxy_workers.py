@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from typing import Any
 
@@ -126,3 +128,45 @@ def test_two_workers_share_sessions_and_drain_on_sigterm(redis_url: str) -> None
     assert turns == list(range(6)), rest  # one session, whichever worker served each turn
     assert events[-1]["event"] == "proxy.stopped", rest
     assert "Traceback" not in rest
+
+
+def test_workers_exit_when_their_supervisor_is_killed(redis_url: str) -> None:  # noqa: F811
+    """SIGKILL leaves the supervisor no chance to stop its workers: each notices and drains itself, freeing the port."""
+    argv = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--port", "0", "--workers", "2"]
+    proc = subprocess.Popen(
+        [*argv, "--upstream", "http://127.0.0.1:9", "--redis-url", redis_url], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        port = json.loads(proc.stderr.readline())["port"]
+        deadline = time.monotonic() + 60
+        while not _listening(port):  # the workers serve
+            assert time.monotonic() < deadline, "the workers never listened"
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while _accepting(port):
+        assert time.monotonic() < deadline, "orphaned workers still serve the port"
+        time.sleep(0.2)
+
+
+def _listening(port: int) -> bool:
+    try:
+        return bool(_post_health(port))
+    except OSError:
+        return False
+
+
+def _accepting(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _post_health(port: int) -> bytes:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/agentcache/v1/health", timeout=5) as r:
+        return bytes(r.read())

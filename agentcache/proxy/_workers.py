@@ -21,16 +21,26 @@ pay off when the proxy is CPU-bound (the pipeline's per-turn work is pure Python
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from socket import socket
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from .._config import Settings
+from .._log import get_logger
 from ._config import ProxyConfig
 from ._server import ProxyServerConfig
 
-__all__ = ["WorkerApp", "run_workers"]
+__all__ = ["PARENT_CHECK_S", "WorkerApp", "run_workers"]
+
+log = get_logger("agentcache.proxy")
+
+#: Seconds between a worker's checks that its supervisor still runs (one killed with SIGKILL cannot stop its
+#: workers: each then drains and exits by itself instead of serving the port on its own).
+PARENT_CHECK_S = 1.0
 
 
 class WorkerApp:
@@ -43,13 +53,23 @@ class WorkerApp:
         self.config = config
         self.settings = settings
         self.logging = logging
+        self.parent = os.getpid()  # the supervisor's: built there, called in the workers
         self._app: Any = None
+        self._watch: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve ``scope`` with this worker's app (see the class docstring)."""
         if self._app is None:
             self._app = self._build()
+            self._watch = asyncio.get_running_loop().create_task(self._watch_parent())
         await self._app(scope, receive, send)
+
+    async def _watch_parent(self) -> None:
+        """SIGTERM to this worker (a graceful drain, as the supervisor would ask) once its supervisor is gone."""
+        while os.getppid() == self.parent:
+            await asyncio.sleep(PARENT_CHECK_S)
+        log.warning("proxy.worker_orphaned", pid=os.getpid(), parent=self.parent, action="draining, then exiting")
+        os.kill(os.getpid(), signal.SIGTERM)
 
     def _build(self) -> Any:
         from .._config import use_settings
@@ -62,7 +82,7 @@ class WorkerApp:
 
     def __getstate__(self) -> dict[str, Any]:
         """Picklable state: the app itself is built in the worker."""
-        return {**self.__dict__, "_app": None}
+        return {**self.__dict__, "_app": None, "_watch": None}
 
 
 def run_workers(server_config: ProxyServerConfig, sock: socket) -> None:
