@@ -26,7 +26,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from ._config import DEFAULT_HEADER_TIMEOUT, ProxyConfig
 from ._forward import UpstreamStreamError
 
-__all__ = ["HeaderDeadline", "ProxyServerConfig", "QuietStreamCuts", "uvicorn_config"]
+__all__ = ["HeaderDeadline", "ProxyServerConfig", "QuietStreamCuts", "quiet_stream_cuts", "uvicorn_config"]
 
 
 class HeaderDeadline(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
@@ -101,13 +101,18 @@ class ProxyServerConfig(uvicorn.Config):
 _QUIET = QuietStreamCuts()
 
 
-def uvicorn_config(app: Any, config: ProxyConfig, *, port: int | None = None, **extra: Any) -> ProxyServerConfig:
-    """The uvicorn config serving ``app`` on ``config.host`` and ``port`` (default ``config.port``) with the proxy's
-    timeouts (the module docstring); ``extra``: more uvicorn options. Adds :class:`QuietStreamCuts` to the
-    ``uvicorn.error`` logger (once)."""
+def quiet_stream_cuts() -> None:
+    """Add :class:`QuietStreamCuts` to this process's ``uvicorn.error`` logger (once; each worker process too)."""
     logger = logging.getLogger("uvicorn.error")
     if _QUIET not in logger.filters:
         logger.addFilter(_QUIET)
+
+
+def uvicorn_config(app: Any, config: ProxyConfig, *, port: int | None = None, **extra: Any) -> ProxyServerConfig:
+    """The uvicorn config serving ``app`` on ``config.host`` and ``port`` (default ``config.port``) with the proxy's
+    timeouts (the module docstring); ``extra``: more uvicorn options. Adds :class:`QuietStreamCuts` to the
+    ``uvicorn.error`` logger (:func:`quiet_stream_cuts`)."""
+    quiet_stream_cuts()
     return ProxyServerConfig(
         app,
         header_timeout=config.header_timeout,

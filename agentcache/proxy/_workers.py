@@ -45,7 +45,8 @@ PARENT_CHECK_S = 1.0
 
 class WorkerApp:
     """The proxy's ASGI app as a worker process builds it: at its first call (the lifespan's startup) it installs the
-    parent's ``settings`` and logging (``(renderer, level)``, or None) in the worker, then creates the app
+    parent's ``settings``, logging (``(renderer, level)``, or None) and quiet stream cuts
+    (:func:`~agentcache.proxy._server.quiet_stream_cuts`) in the worker, then creates the app
     (:func:`~agentcache.proxy._app.create_app`). Holds only picklable values until then, so uvicorn can send it
     to each worker."""
 
@@ -75,7 +76,9 @@ class WorkerApp:
         from .._config import use_settings
         from .._logging import configure_logging
         from ._app import create_app
+        from ._server import quiet_stream_cuts
 
+        quiet_stream_cuts()
         if self.logging is not None:
             configure_logging(*self.logging)
         return create_app(self.config, settings=use_settings(self.settings))
