@@ -210,6 +210,14 @@ def proxy_command(
     redis_url: Annotated[
         str | None, typer.Option(envvar="AGENTCACHE_REDIS_URL", help="Share sessions between replicas (redis://...).")
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Server processes on the one port (default 1; more than one needs --redis-url: sessions are shared "
+            "through it, while /metrics and the live report are per worker).",
+        ),
+    ] = None,
     max_body_bytes: Annotated[
         int | None, typer.Option(help="Largest request body read, bytes (413 above; default 32 MiB).")
     ] = None,
@@ -254,6 +262,7 @@ def proxy_command(
             engine=engine,
             admin_token=admin_token,
             redis_url=redis_url,
+            workers=workers,
             max_body_bytes=max_body_bytes,
             idle_timeout=idle_timeout,
             record_dir=record,

@@ -208,10 +208,15 @@ def invalid(exc: ValidationError, env_prefix: str) -> SettingsInvalid:
 
 def configure(path: str | Path | None = None, **overrides: Any) -> Settings:
     """Load and install the process-wide settings (once, at start-up)."""
+    return use_settings(load_settings(path, **overrides))
+
+
+def use_settings(settings: Settings) -> Settings:
+    """Install ``settings`` as the process-wide ones (a worker process: those its parent loaded)."""
     global _settings
-    _settings = load_settings(path, **overrides)
-    _install(_settings)
-    return _settings
+    _settings = settings
+    _install(settings)
+    return settings
 
 
 def _install(settings: Settings) -> None:

@@ -18,7 +18,15 @@ from typing import Any
 from ._exceptions import ConfigError
 from ._log import ROOT
 
-__all__ = ["LEVELS", "RENDERERS", "configure_logging", "reset_logging", "stderr_is_tty", "without_events"]
+__all__ = [
+    "LEVELS",
+    "RENDERERS",
+    "configure_logging",
+    "configured_logging",
+    "reset_logging",
+    "stderr_is_tty",
+    "without_events",
+]
 
 RENDERERS: tuple[str, ...] = ("console", "json")
 LEVELS: dict[str, int] = {
@@ -135,6 +143,11 @@ def without_events(*events: str) -> Iterator[None]:
     finally:
         if handler is not None:
             handler.removeFilter(keep)
+
+
+def configured_logging() -> tuple[str, str] | None:
+    """The ``(renderer, level)`` :func:`configure_logging` installed, or None (for a worker process to do the same)."""
+    return _configured
 
 
 def reset_logging() -> None:

@@ -316,7 +316,7 @@ def _free_port() -> int:
         return port
 
 
-def _wait(port: int, timeout: float = 120.0) -> None:
+def _wait(port: int, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -389,7 +389,7 @@ def _rss_kb(pid: int) -> int:
 
 def _litellm(explicit: str | None) -> str | None:
     if explicit:
-        return explicit
+        return None if explicit == "none" else explicit
     found = shutil.which("litellm")
     fallback = Path("/tmp/litellm-venv/bin/litellm")
     return found or (str(fallback) if fallback.exists() else None)
@@ -399,7 +399,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="fewer requests (noisier)")
-    parser.add_argument("--litellm", help="the litellm executable (default: on PATH, else /tmp/litellm-venv)")
+    parser.add_argument("--litellm", help="litellm executable (default: on PATH, else /tmp/litellm-venv; none: skip)")
     parser.add_argument("--memory", action="store_true", help="also 20,000 requests over 2,000 sessions: RSS")
     parser.add_argument("--json", type=Path, help="write every figure as JSON")
     parser.add_argument(
@@ -410,6 +410,13 @@ def main() -> None:
     parser.add_argument("--fanout", action="store_true", help="only the fan-out figures: coalescing, hold times")
     parser.add_argument("--record", action="store_true", help="also a proxy recording every request (--record)")
     parser.add_argument("--ttft", type=float, default=0.6, help="--fanout: upstream seconds to first byte")
+    parser.add_argument("--sizes", default=str(BODY_TARGET), help="body sizes of the 1-stream runs (comma list)")
+    parser.add_argument("--no-64", action="store_true", help="skip the 64-stream level")
+    parser.add_argument("--workers", type=int, default=1, help="also agentcache with N workers (and Redis)")
+    parser.add_argument("--wrk", action="store_true", help="also closed-loop throughput with wrk (_wrk_bench.py)")
+    parser.add_argument("--connections", default="32,128", help="--wrk: connection counts (comma list)")
+    parser.add_argument("--wrk-seconds", type=int, default=10, help="--wrk: seconds per run")
+    parser.add_argument("--wrk-rounds", type=int, default=2, help="--wrk: rounds over the targets")
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream, args.ttft if args.fanout else 0.0)
@@ -455,6 +462,8 @@ def main() -> None:
                     port,
                 ))  # fmt: skip
                 targets[name] = (port, "/v1/messages")
+        if args.workers > 1:
+            _add_workers(targets, procs, up_port, args.workers)
         exe = _litellm(args.litellm)
         if exe:
             env = {"ANTHROPIC_API_BASE": f"http://127.0.0.1:{up_port}", "ANTHROPIC_API_KEY": "sk-fake",
@@ -467,11 +476,17 @@ def main() -> None:
         if args.baseline:
             out = subprocess.run([args.baseline, __file__, "--breakdown-only"], capture_output=True, check=True)
             results["baseline_breakdown"] = json.loads(out.stdout)
-        results["levels"][1] = asyncio.run(interleaved(targets, 60 if args.quick else 600, 10, convs))
-        level: dict[str, Any] = {}
-        for name, (port, path) in targets.items():
-            level[name] = asyncio.run(load(port, path, 64, 4 if args.quick else 20, 3, convs))
-        results["levels"][64] = level
+        for size in (int(x) for x in args.sizes.split(",")):
+            sized = Conversations(size)
+            key = f"1 ({len(sized.session(0)[0]) / 1000:.0f} KB)"
+            results["levels"][key] = asyncio.run(interleaved(targets, 60 if args.quick else 600, 10, sized))
+        if not args.no_64:
+            level: dict[str, Any] = {}
+            for name, (port, path) in targets.items():
+                level[name] = asyncio.run(load(port, path, 64, 4 if args.quick else 20, 3, convs))
+            results["levels"][64] = level
+        if args.wrk:
+            results["wrk"] = _wrk(args, targets, convs)
         if args.memory:  # 20,000 requests over 2,000 new sessions, in 10 rounds; RSS after each
             rss = [_rss_kb(ac.pid)]
             for _ in range(10):
@@ -488,6 +503,40 @@ def main() -> None:
             p.wait(timeout=20)
         if record_dir is not None:
             shutil.rmtree(record_dir, ignore_errors=True)
+
+
+def _add_workers(
+    targets: dict[str, tuple[int, str]], procs: list[subprocess.Popen[bytes]], up_port: int, workers: int
+) -> None:
+    """A redis-server, and agentcache on it with one worker and with ``workers`` (sessions shared through Redis)."""
+    redis = shutil.which("redis-server")
+    if redis is None:
+        raise RuntimeError("--workers needs redis-server (apt-get install redis-server)")
+    rport = _free_port()
+    argv = [redis, "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    procs.append(_start(argv, rport))
+    for n in (1, workers):
+        port = _free_port()
+        procs.append(_start(
+            [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up_port}",
+             "--port", str(port), "--workers", str(n), "--redis-url", f"redis://127.0.0.1:{rport}"],
+            port,
+            env={"AGENTCACHE_PROXY_REDIS_PREFIX": f"bench-{n}"},  # its own sessions: the targets get the same bodies
+        ))  # fmt: skip
+        targets[f"agentcache redis, {n} worker{'s' if n > 1 else ''}"] = (port, "/v1/messages")
+
+
+def _wrk(args: argparse.Namespace, targets: dict[str, tuple[int, str]], convs: Conversations) -> Any:
+    """``--wrk``: closed-loop throughput of every target (``_wrk_bench.py``), printed as a table."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _wrk_bench import markdown, summary_of, throughput
+
+    bodies = [b for n in range(20) for b in convs.session(1000 + n)]
+    with_headers = {name: (port, path, {}) for name, (port, path) in targets.items()}
+    conns = [int(c) for c in args.connections.split(",")]
+    res = throughput(with_headers, bodies, conns, args.wrk_seconds, args.wrk_rounds)
+    print(markdown(res, args.wrk_seconds, args.wrk_rounds) + "\n")
+    return summary_of(res)
 
 
 def _fanout_only(args: argparse.Namespace) -> None:
@@ -510,6 +559,16 @@ def _fanout_only(args: argparse.Namespace) -> None:
         up.wait(timeout=20)
 
 
+def _ratio_line(streams: Any, level: dict[str, Any], ours: str, theirs: str, label: str) -> str:
+    """One table row: what target ``ours`` adds over ``direct`` as a share of what ``theirs`` adds (p50, p99)."""
+    d = level["direct"]["total"]
+    ratios = []
+    for q in ("p50", "p99"):
+        a, b = level[ours]["total"][q] - d[q], level[theirs]["total"][q] - d[q]
+        ratios.append(f"{q} {a / b:.2f}" if b > 0 else f"{q} n/a")
+    return f"| {streams} | {label} | | | | | | | {ratios[0]} | {ratios[1]} |"
+
+
 def _markdown(r: dict[str, Any]) -> str:
     lines = [f"request body: {r['body_bytes']:,} bytes (first turn; bodies grow ~1 KB per turn)", ""]
     lines.append("| streams | target | n | err | TTFB p50 | TTFB p99 | total p50 | total p99 | added p50 | added p99 |")
@@ -524,25 +583,14 @@ def _markdown(r: dict[str, Any]) -> str:
                 f"| {streams} | {name} | {m['n']} | {m['errors']} | {m['ttfb']['p50']:.2f} | {m['ttfb']['p99']:.2f} | "
                 f"{m['total']['p50']:.2f} | {m['total']['p99']:.2f} | {added} |"
             )
-        if "baseline" in level:
-            ours = level["agentcache"]["total"]["p50"] - d["total"]["p50"]
-            theirs = level["baseline"]["total"]["p50"] - d["total"]["p50"]
-            lines.append(f"| {streams} | agentcache added / baseline added | | | | | | | p50 {ours / theirs:.2f} | |")
-        if "agentcache --record" in level:
-            ratios = []
-            for q in ("p50", "p99"):
-                plain = level["agentcache control"]["total"][q] - d["total"][q]
-                rec = level["agentcache --record"]["total"][q] - d["total"][q]
-                ratios.append(f"{q} {rec / plain:.2f}" if plain > 0 else f"{q} n/a")
-            lines.append(f"| {streams} | --record added / control added | | | | | | | {ratios[0]} | {ratios[1]} |")
-        if "litellm" in level:
-            a, ll = level["agentcache"], level["litellm"]
-            ratios = []
-            for q in ("p50", "p99"):
-                ours = a["total"][q] - d["total"][q]
-                theirs = ll["total"][q] - d["total"][q]
-                ratios.append(f"{q} {ours / theirs:.2f}" if theirs > 0 else f"{q} n/a")
-            lines.append(f"| {streams} | agentcache added / litellm added | | | | | | | {ratios[0]} | {ratios[1]} |")
+        pairs = [
+            ("agentcache", "baseline", "agentcache added / baseline added"),
+            ("agentcache relay", "baseline relay", "relay added / baseline relay added"),
+            ("agentcache --record", "agentcache control", "--record added / control added"),
+            ("agentcache", "litellm", "agentcache added / litellm added"),
+            ("agentcache relay", "litellm", "relay added / litellm added"),
+        ]
+        lines += [_ratio_line(streams, level, ours, theirs, label) for ours, theirs, label in pairs if theirs in level]
     lines.append("")
     lines.append("times in ms; added = target percentile − direct percentile (whole response)")
     if "breakdown" in r:

@@ -48,6 +48,9 @@ DEFAULT_SERVER_KEEPALIVE = 120
 DEFAULT_HEADER_TIMEOUT = 30.0
 #: Seconds the proxy waits for the next chunk of a request body (408 after; nginx ``client_body_timeout``: 60 s).
 DEFAULT_BODY_TIMEOUT = 60.0
+#: Server processes on the one port. One by default: sessions live in the process that serves them unless they are
+#: shared through Redis, so more than one needs ``redis_url`` (a session's turns land on any worker).
+DEFAULT_WORKERS = 1
 #: Connection pools the upstream transport spreads requests over (see ``_transport.py``).
 DEFAULT_UPSTREAM_POOLS = 8
 #: A session with no request for this long is closed (reason ``idle``).
@@ -93,6 +96,8 @@ class ProxyConfig(BaseSettings):
     ``server_keepalive``/``header_timeout``/``body_timeout``: the server side's own timeouts, in seconds (an idle
     client connection; a request's line and headers; between two chunks of a request body).
     ``max_sessions``/``max_state_mb``: live sessions kept per process, by count and by estimated memory.
+    ``workers``: server processes sharing the port (:mod:`agentcache.proxy._workers`); more than one needs
+    ``redis_url``, the store every worker shares.
     ``record_dir``: write every pipeline request to JSONL files there, for ``agentcache audit``
     (:mod:`agentcache.proxy._record`; the files hold prompts); ``record_max_mb``: rotate a file before it grows past
     this; ``record_max_total_mb``: delete the oldest files while all hold more (at least ``record_max_mb``).
@@ -132,6 +137,7 @@ class ProxyConfig(BaseSettings):
     min_inner_match: int = Field(default=DEFAULT_MIN_INNER_MATCH, ge=1)
     admin_token: str | None = None
     redis_url: str | None = None
+    workers: int = Field(default=DEFAULT_WORKERS, ge=1)
     redis_prefix: str = "agentcache"
     redis_timeout: float = Field(default=0.5, gt=0)
     tenant_salt: str = "agentcache-tenant-v1"
@@ -165,6 +171,16 @@ class ProxyConfig(BaseSettings):
         per_file = info.data.get("record_max_mb")
         if per_file is not None and value < per_file:
             raise ValueError(f"expected at least record_max_mb ({per_file:g}): the file being written is kept")
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, value: int, info: ValidationInfo) -> int:
+        if value > 1 and not info.data.get("redis_url"):
+            raise ValueError(
+                "more than one needs redis_url: each worker process keeps its own sessions in memory, and a "
+                "session's turns land on any worker (give --redis-url, or keep --workers 1)"
+            )
         return value
 
     @property

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._exceptions import InputError
-from .._log import get_logger
+from .._log import enabled, get_logger
 from ..model._fields import TurnReport
 from ..model._rawjson import NestingTooDeep
 from ..model._splice import dumps_spliced
@@ -291,35 +291,47 @@ async def _finish(
         usage = outcome.usage
         if usage is not None and (turn is None or not turn.committed):  # a committed turn's: from its event
             state.count_usage(provider, model, usage, "untracked" if turn is None else "uncommitted")
+        logged = enabled("agentcache.proxy")  # the line's fields are built only when it is written
         fields: dict[str, Any] = {}
         if turn is not None:
             report = (
                 turn.finish(usage, duration=latency, cut=outcome.status == "upstream_error") if turn.committed else None
             )
-            fields = _turn_fields(turn, report or turn.report(usage, latency), tenant, usage)
+            if logged:
+                fields = _turn_fields(turn, report or turn.report(usage, latency), tenant, usage)
             if report is not None:
                 state.report.record(f"{tenant}/{turn.session.session_id}", tenant, turn, usage, client, warm, hold)
                 if close_after:
                     await state.close(tenant, turn.session.session_id, "closed")
-        if hold is not None:
-            fields["coalesce"] = {
-                "outcome": hold.outcome,
-                "hold_ms": round(hold.waited_s * 1000, 3),
-                "saved_write_tokens": hold.saved_tokens,
-            }
-        log.info(
-            "proxy.request",
-            route=route,
-            status=status,
-            outcome=outcome.status,
-            error=outcome.error,
-            bytes=outcome.bytes,
-            latency_ms=round(latency * 1000, 3),
-            first_byte_ms=None if outcome.first_byte_s is None else round(outcome.first_byte_s * 1000, 3),
-            **fields,
-        )
+        if logged:
+            _log_request(route, status, outcome, latency, fields, ticket)
     except Exception as exc:  # reporting never breaks the request path
         state.fail_open("report", exc)
+
+
+def _log_request(
+    route: str, status: int, outcome: StreamOutcome, latency: float, fields: dict[str, Any], ticket: Ticket | None
+) -> None:
+    """The request's one ``proxy.request`` line: ``fields`` (the turn's, :func:`_turn_fields`), the coalescer's hold,
+    and how the response went (``latency`` in seconds, logged in ms)."""
+    hold = ticket.hold if ticket is not None else None
+    if hold is not None:
+        fields["coalesce"] = {
+            "outcome": hold.outcome,
+            "hold_ms": round(hold.waited_s * 1000, 3),
+            "saved_write_tokens": hold.saved_tokens,
+        }
+    log.info(
+        "proxy.request",
+        route=route,
+        status=status,
+        outcome=outcome.status,
+        error=outcome.error,
+        bytes=outcome.bytes,
+        latency_ms=round(latency * 1000, 3),
+        first_byte_ms=None if outcome.first_byte_s is None else round(outcome.first_byte_s * 1000, 3),
+        **fields,
+    )
 
 
 def _turn_fields(turn: Turn, report: TurnReport, tenant: str, usage: CacheUsage | None) -> dict[str, Any]:

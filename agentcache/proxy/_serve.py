@@ -1,4 +1,5 @@
-"""Run the proxy under uvicorn (``agentcache proxy``).
+"""Run the proxy under uvicorn (``agentcache proxy``): one process, or ``workers`` processes on one port
+(:mod:`agentcache.proxy._workers`).
 
 SIGTERM (what systemd, Docker and Kubernetes send) ends the proxy as Ctrl-C does: uvicorn stops accepting, lets
 in-flight requests and streams finish for at most :data:`DRAIN_TIMEOUT_S` seconds, then the proxy logs
@@ -12,12 +13,14 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 from .._config import Settings, get_settings
 from .._log import get_logger
 from ._app import create_app
 from ._config import ProxyConfig, is_loopback, unknown_env
 from ._server import uvicorn_config
+from ._workers import WorkerApp, run_workers
 
 __all__ = ["serve"]
 
@@ -50,10 +53,11 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
             hint="give the engine's URL: --upstream http://127.0.0.1:8080",
         )
     settings = settings or get_settings()
-    app = create_app(config, settings=settings)
+    app: Any = create_app(config, settings=settings) if config.workers == 1 else _worker_app(config, settings)
     server_config = uvicorn_config(
         app,
         config,
+        workers=config.workers,
         log_config=None,
         access_log=False,
         lifespan="on",
@@ -71,17 +75,28 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         upstream=config.upstream_url,
         engine=config.engine,
         store="redis" if config.redis_url else "memory",
+        workers=config.workers,
         settings=settings.model_dump(),
         changed=settings.model_dump(exclude_defaults=True),  # what the console line shows of the settings
     )
     try:
         with _sigterm_raises():
-            uvicorn.Server(server_config).run(sockets=[sock])
+            if config.workers > 1:
+                run_workers(server_config, sock)
+            else:
+                uvicorn.Server(server_config).run(sockets=[sock])
     except (KeyboardInterrupt, _Terminated):  # uvicorn re-raises the signal once it has shut down gracefully
         pass
     finally:
         sock.close()
     log.info("proxy.stopped", host=config.host, port=port)
+
+
+def _worker_app(config: ProxyConfig, settings: Settings) -> WorkerApp:
+    """The app each worker process builds for itself, with this process's settings and logging."""
+    from .._logging import configured_logging
+
+    return WorkerApp(config, settings, configured_logging())
 
 
 @contextmanager

@@ -23,22 +23,23 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from ._config import ProxyConfig
+from ._config import DEFAULT_HEADER_TIMEOUT, ProxyConfig
 from ._forward import UpstreamStreamError
 
-__all__ = ["HeaderDeadline", "QuietStreamCuts", "uvicorn_config"]
+__all__ = ["HeaderDeadline", "ProxyServerConfig", "QuietStreamCuts", "quiet_stream_cuts", "uvicorn_config"]
 
 
 class HeaderDeadline(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
     """uvicorn's HTTP/1.1 protocol (httptools, else h11) with a deadline on each request's line and headers:
     ``header_timeout`` seconds from a new connection, or from the first byte of a request on an idle one, until its
-    headers are complete. A connection still waiting at the deadline is closed; one serving a request never is."""
-
-    header_timeout: float = 30.0
+    headers are complete. A connection still waiting at the deadline is closed; one serving a request never is.
+    ``header_timeout``: the server config's (:class:`ProxyServerConfig`), else
+    :data:`~agentcache.proxy._config.DEFAULT_HEADER_TIMEOUT`."""
 
     def connection_made(self, transport: Any) -> None:
         """See the class docstring."""
         self._header_timer: asyncio.TimerHandle | None = None
+        self.header_timeout: float = getattr(self.config, "header_timeout", DEFAULT_HEADER_TIMEOUT)
         super().connection_made(transport)
         self._arm()
 
@@ -88,22 +89,36 @@ class QuietStreamCuts(logging.Filter):
         return not isinstance(exc, UpstreamStreamError)
 
 
+class ProxyServerConfig(uvicorn.Config):
+    """uvicorn's config plus the proxy's ``header_timeout`` (seconds, read by :class:`HeaderDeadline`). Module-level
+    classes only, so uvicorn can hand it whole (pickled) to each worker process."""
+
+    def __init__(self, app: Any, *, header_timeout: float = DEFAULT_HEADER_TIMEOUT, **options: Any) -> None:
+        super().__init__(app, **options)
+        self.header_timeout = header_timeout
+
+
 _QUIET = QuietStreamCuts()
 
 
-def uvicorn_config(app: Any, config: ProxyConfig, *, port: int | None = None, **extra: Any) -> uvicorn.Config:
-    """The uvicorn config serving ``app`` on ``config.host`` and ``port`` (default ``config.port``) with the proxy's
-    timeouts (the module docstring); ``extra``: more uvicorn options. Adds :class:`QuietStreamCuts` to the
-    ``uvicorn.error`` logger (once)."""
+def quiet_stream_cuts() -> None:
+    """Add :class:`QuietStreamCuts` to this process's ``uvicorn.error`` logger (once; each worker process too)."""
     logger = logging.getLogger("uvicorn.error")
     if _QUIET not in logger.filters:
         logger.addFilter(_QUIET)
-    protocol = type("ProxyHTTPProtocol", (HeaderDeadline,), {"header_timeout": config.header_timeout})
-    return uvicorn.Config(
+
+
+def uvicorn_config(app: Any, config: ProxyConfig, *, port: int | None = None, **extra: Any) -> ProxyServerConfig:
+    """The uvicorn config serving ``app`` on ``config.host`` and ``port`` (default ``config.port``) with the proxy's
+    timeouts (the module docstring); ``extra``: more uvicorn options. Adds :class:`QuietStreamCuts` to the
+    ``uvicorn.error`` logger (:func:`quiet_stream_cuts`)."""
+    quiet_stream_cuts()
+    return ProxyServerConfig(
         app,
+        header_timeout=config.header_timeout,
         host=config.host,
         port=config.port if port is None else port,
-        http=protocol,
+        http=HeaderDeadline,
         timeout_keep_alive=config.server_keepalive,
         server_header=False,
         date_header=False,

@@ -1,0 +1,96 @@
+"""``agentcache proxy --workers N``: N server processes on one port, under uvicorn's own supervisor.
+
+The parent binds the port, then uvicorn's :class:`~uvicorn.supervisors.Multiprocess` starts N worker processes
+(``spawn``) that accept on the same socket; the kernel spreads connections among them. The supervisor restarts a
+worker that dies, and on SIGTERM or SIGINT sends each worker SIGTERM: every worker stops accepting and drains its
+in-flight requests (:data:`~agentcache.proxy._serve.DRAIN_TIMEOUT_S`), as one process does.
+
+What is shared between workers and what is not:
+
+* **Sessions**: through Redis only (``--redis-url``; :class:`~agentcache.proxy._config.ProxyConfig` refuses
+  ``workers > 1`` without it). A client connection stays on one worker, but the next connection, or another
+  agent of the same session, may land on any: with per-process memory stores each worker would see part of a
+  session, diagnose false breaks and repair against history it never saw.
+* **Per process**, as with several replicas behind a load balancer: ``/metrics`` and ``/agentcache/v1/report``
+  (each answer is the worker that served it), the coalescer (siblings held only within one worker), keep-warm
+  timers, the parse memo and ``max_state_mb`` (a budget per worker).
+
+The default is one worker: it needs no Redis and keeps ``/metrics`` and the live report whole. Several workers
+pay off when the proxy is CPU-bound (the pipeline's per-turn work is pure Python, one core per process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from socket import socket
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from .._config import Settings
+from .._log import get_logger
+from ._config import ProxyConfig
+from ._server import ProxyServerConfig
+
+__all__ = ["PARENT_CHECK_S", "WorkerApp", "run_workers"]
+
+log = get_logger("agentcache.proxy")
+
+#: Seconds between a worker's checks that its supervisor still runs (one killed with SIGKILL cannot stop its
+#: workers: each then drains and exits by itself instead of serving the port on its own).
+PARENT_CHECK_S = 1.0
+
+
+class WorkerApp:
+    """The proxy's ASGI app as a worker process builds it: at its first call (the lifespan's startup) it installs the
+    parent's ``settings``, logging (``(renderer, level)``, or None) and quiet stream cuts
+    (:func:`~agentcache.proxy._server.quiet_stream_cuts`) in the worker, then creates the app
+    (:func:`~agentcache.proxy._app.create_app`). Holds only picklable values until then, so uvicorn can send it
+    to each worker."""
+
+    def __init__(self, config: ProxyConfig, settings: Settings, logging: tuple[str, str] | None) -> None:
+        self.config = config
+        self.settings = settings
+        self.logging = logging
+        self.parent = os.getpid()  # the supervisor's: built there, called in the workers
+        self._app: Any = None
+        self._watch: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve ``scope`` with this worker's app (see the class docstring)."""
+        if self._app is None:
+            self._app = self._build()
+            self._watch = asyncio.get_running_loop().create_task(self._watch_parent())
+        await self._app(scope, receive, send)
+
+    async def _watch_parent(self) -> None:
+        """SIGTERM to this worker (a graceful drain, as the supervisor would ask) once its supervisor is gone."""
+        while os.getppid() == self.parent:
+            await asyncio.sleep(PARENT_CHECK_S)
+        log.warning("proxy.worker_orphaned", pid=os.getpid(), parent=self.parent, action="draining, then exiting")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def _build(self) -> Any:
+        from .._config import use_settings
+        from .._logging import configure_logging
+        from ._app import create_app
+        from ._server import quiet_stream_cuts
+
+        quiet_stream_cuts()
+        if self.logging is not None:
+            configure_logging(*self.logging)
+        return create_app(self.config, settings=use_settings(self.settings))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable state: the app itself is built in the worker."""
+        return {**self.__dict__, "_app": None, "_watch": None}
+
+
+def run_workers(server_config: ProxyServerConfig, sock: socket) -> None:
+    """Serve ``server_config`` (its ``workers`` processes, its app a :class:`WorkerApp`) on the bound, listening
+    ``sock`` until SIGINT or SIGTERM, then return once every worker has drained and exited."""
+    from uvicorn.supervisors import Multiprocess
+
+    Multiprocess(server_config, sockets=[sock]).run()
