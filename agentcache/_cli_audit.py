@@ -289,9 +289,10 @@ def _audit_logs(inputs: Inputs, named: list[Path], exact: ExactCauses | None) ->
         files = [r for r in inputs.files if r.format == fmt.name]
         if not files:
             continue
-        # What the audit kept (after --since/--until/--project): a log's calls, a body dump's requests.
+        # What the audit kept (after --since/--until/--project): a log's calls, else a body dump's requests (a log
+        # that also holds its requests, as Claude Code 2.1.332's, counts each call once).
         kept = [u.session for u in inputs.usage_records if u.client == fmt.name]
-        kept += [r.session for r in inputs.records if r.meta.get("format") == fmt.name]
+        kept = kept or [r.session for r in inputs.records if r.meta.get("format") == fmt.name]
         calls, sessions = len(kept), set(kept)
         roots = tuple(sorted({_root_of(r.path, named) for r in files}))
         shown = roots if len(roots) <= 3 else (*roots[:2], f"… {len(roots) - 2} more")

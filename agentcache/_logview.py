@@ -45,6 +45,7 @@ VIEWS: dict[str, tuple[tuple[str, str], ...]] = {
         ("upstream", "upstream"),
         ("engine", "engine"),
         ("store", "store"),
+        ("live_page", "live_page"),
         ("settings", "changed"),
     ),
     "proxy.request": (

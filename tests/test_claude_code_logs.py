@@ -225,6 +225,8 @@ def test_agentcache_audit_on_the_transcripts(gen: Generated, transcripts: Inputs
     assert doc["mode"] == "reported" and reported["requests"] == len(held) == len(transcripts.usage_records)
     assert reported["cache_read_tokens"] == sum(u["usage"]["cache_read_input_tokens"] for u in held)
     assert reported["cache_write_tokens"] == sum(u["usage"]["cache_creation_input_tokens"] for u in held)
+    (source,) = [s for s in doc["sources"] if s["client"] == "Claude Code"]
+    assert source["calls"] == reported["requests"]  # each call once, 2.1.332's recorded request too
     misses = [m for m in doc["misses"] if m["arm"] == "reported"]
     causes = {m["cause"] for m in misses}
     assert {"ttl.expired", "options.model"} <= causes, causes

@@ -453,3 +453,31 @@ def test_one_date_header_the_upstreams_or_the_proxys_own() -> None:
             own = client.get("/agentcache/v1/health")
             assert own.status_code == 200 and len(own.headers.get_list("date")) == 1
             assert own.headers["date"].endswith(" GMT")
+
+
+def test_a_keyless_browser_of_a_loopback_proxy_without_a_token_sees_every_tenant() -> None:
+    """The live page's first use: ``agentcache proxy`` on loopback with no admin token, agents sending their keys, a
+    browser sending none. The browser is the person at the machine and sees every tenant (as ``/metrics`` is served
+    there); a caller with a key still sees only its own; bound beyond loopback, or with a token configured, the
+    keyless caller is the ``anonymous`` tenant and sees nothing of the others'."""
+
+    async def scenario(expect_all: bool, **config: Any) -> None:
+        async with proxy(**config) as (client, state, _):
+            await client.post("/v1/messages", json=anthropic_body(conversation(1)), headers=A)
+            await client.post("/v1/messages", json=anthropic_body(conversation(1, run=1)), headers=B)
+            mine = tenant_of(A, state.config.tenant_salt)
+            r = await client.get("/agentcache/v1/report")
+            seen = {s["session"].split("/")[0] for s in r.json()["sessions"]}
+            page = await client.get("/agentcache/", params={"fragment": "1"})
+            if expect_all:
+                theirs = tenant_of(B, state.config.tenant_salt)
+                assert r.headers["x-agentcache-tenant"] == "*" and seen == {mine, theirs}
+                assert page.status_code == 200 and page.headers["x-agentcache-tenant"] == "*"
+            else:
+                assert r.headers["x-agentcache-tenant"] == "anonymous" and seen == set()
+            own = await client.get("/agentcache/v1/report", headers=A)
+            assert {s["session"].split("/")[0] for s in own.json()["sessions"]} == {mine}
+
+    run(scenario(True))
+    run(scenario(False, host="0.0.0.0"))
+    run(scenario(False, admin_token="s3cret"))

@@ -125,14 +125,14 @@ def _group(kind: str, rows: list[GroupRow], console: Console, limit: int = 31) -
 
 
 def _sessions(sessions: list[SessionReport], console: Console, limit: int) -> None:
-    top = sorted(sessions, key=lambda s: -s.usd_lost)[:limit]
-    if not top or not top[0].usd_lost:
+    top = sorted(sessions, key=lambda s: (-s.usd_lost, -s.arms["reported"].cost_usd))[:limit]
+    if not top:
         return
+    # Without a miss, the sessions that cost most (a user who asked --by session still gets the table).
+    ranked = "USD lost to misses" if top[0].usd_lost else "reported USD"
     clients = len({s.client for s in sessions}) > 1  # one agent's logs: no client column
     columns = ["session", *(["client"] if clients else []), "started", ">calls", ">hit rate", ">reported USD"]
-    table = _table(
-        f"Top {_plural(len(top), 'session')} by USD lost to misses", [*columns, ">USD lost", ">agentcache USD"]
-    )
+    table = _table(f"Top {_plural(len(top), 'session')} by {ranked}", [*columns, ">USD lost", ">agentcache USD"])
     for s in top:
         rep, ours = s.arms["reported"], s.arms["agentcache"]
         started = dt.datetime.fromtimestamp(s.started, dt.UTC).strftime("%m-%d %H:%M") if s.started else "—"

@@ -1,11 +1,12 @@
 """Who may see what on the proxy's own endpoints, and agentcache's own URL namespace.
 
-**The live report** (``GET /agentcache/v1/report``) is per tenant: a caller sees its own tenant's sessions,
-breaks, misses and totals, its tenant being the same salted hash of its API key that namespaces its sessions
-(:func:`~agentcache.proxy._sessions.tenant_of`; ``anonymous`` without a key, the namespace every keyless caller
-shares). All tenants at once, or ``?tenant=`` naming another tenant, need the admin token; without a configured
-token nobody gets them. The caller is judged by the key it sends, not by the address the proxy is bound to, so a
-reverse proxy in front changes nothing.
+**The live report** (``GET /agentcache/v1/report``, and the live page) is per tenant: a caller sees its own
+tenant's sessions, breaks, misses and totals, its tenant being the same salted hash of its API key that namespaces
+its sessions (:func:`~agentcache.proxy._sessions.tenant_of`; ``anonymous`` without a key, the namespace every
+keyless caller shares). All tenants at once, or ``?tenant=`` naming another tenant, need the admin token. Without
+a configured token, a caller with no key (a browser) of a proxy bound to loopback sees every tenant, as
+``/metrics`` serves them there: the person at the machine, whose agents send keys; beyond loopback, nobody gets
+them. Otherwise the caller is judged by the key it sends, so a reverse proxy in front changes nothing (set a token).
 
 **/metrics** carries no tenant, session id or client-chosen string (``model`` labels are price-table names, see
 :func:`~agentcache.session._metrics.model_label`), but its totals add up every tenant's traffic. So it is
@@ -34,7 +35,7 @@ from starlette.types import Scope
 
 from ._config import is_loopback
 from ._errors import style_for
-from ._sessions import tenant_of
+from ._sessions import ANONYMOUS, tenant_of
 from ._state import ProxyState
 
 __all__ = [
@@ -88,12 +89,21 @@ def report_tenant(state: ProxyState, request: Request) -> tuple[str | None, Resp
     if admin is None:
         return None, _refuse(state, request, 401, "admin token invalid")
     wanted = request.query_params.get("tenant")
-    if admin:
+    if admin or _local_owner(state, request):
         return wanted, None
     own = tenant_of(request.headers, state.config.tenant_salt)
     if wanted is not None and wanted != own:
         return None, _refuse(state, request, 403, "another tenant's report needs the admin token")
     return own, None
+
+
+def _local_owner(state: ProxyState, request: Request) -> bool:
+    """A caller without a key (a browser) of a proxy bound to loopback with no admin token: the person at this
+    machine, who sees every tenant, as ``/metrics`` serves them (their own agents send keys, so their sessions are
+    never ``anonymous``)."""
+    if state.config.admin_token or not is_loopback(state.config.host):
+        return False
+    return tenant_of(request.headers, state.config.tenant_salt) == ANONYMOUS
 
 
 def namespace_answer(state: ProxyState, request: Request, known: list[BaseRoute]) -> Response:

@@ -76,6 +76,7 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
         engine=config.engine,
         store="redis" if config.redis_url else "memory",
         workers=config.workers,
+        live_page=_live_page_url(config.host, port),
         settings=settings.model_dump(),
         changed=settings.model_dump(exclude_defaults=True),  # what the console line shows of the settings
     )
@@ -97,6 +98,13 @@ def _worker_app(config: ProxyConfig, settings: Settings) -> WorkerApp:
     from .._logging import configured_logging
 
     return WorkerApp(config, settings, configured_logging())
+
+
+def _live_page_url(host: str, port: int) -> str:
+    """The live page's address as a browser on this machine opens it (a wildcard bind is reached on loopback)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/agentcache/"
 
 
 @contextmanager
