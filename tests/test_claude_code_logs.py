@@ -106,7 +106,7 @@ def test_subagent_is_its_own_session_linked_to_its_parent(gen: Generated, transc
     subagents = [key for key in sessions if key[2] == "subagent"]
     assert len(subagents) == 1 and sessions[subagents[0]] == 2, sessions
     session, parent, _ = subagents[0]
-    assert parent == gen.session and session.startswith(f"{gen.session}/agent-a")
+    assert parent == gen.session and session.startswith(f"{gen.session}/a")
     assert {key for key in sessions if key[2] != "subagent"} == {(gen.session, None, "main")}
     by_id = _by_id(transcripts)
     assert [by_id[rid].kind for rid in gen.runs["subagent"] if rid in by_id].count("subagent") == 2

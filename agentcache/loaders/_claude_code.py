@@ -17,8 +17,9 @@ read in their bundled JavaScript; older layouts from the public notes named):
   ``<message.id>/<requestId>`` (``message.id`` alone without a ``requestId``), so the same call in two files
   counts once (:func:`~agentcache.loaders._paths.load_paths`).
 * **Sessions.** Each line names its ``sessionId``; a subagent's lines name their parent's and add ``agentId`` and
-  ``isSidechain: true``: the call belongs to session ``<sessionId>/agent-<agentId>``, ``parent`` ``sessionId``
-  (the root session: a nested subagent's spawner is not recorded in its lines), kind ``subagent``. An inline
+  ``isSidechain: true``: the call belongs to session ``<sessionId>/<agentId>`` (the name the proxy gives it from
+  ``x-claude-code-agent-id``), ``parent`` ``sessionId`` (the root session: a nested subagent's spawner is not
+  recorded in its lines), kind ``subagent``. An inline
   sidechain without ``agentId`` is named after the first line of its ``parentUuid`` chain. A file named
   ``agent-acompact-*`` (design notes, earlier versions) is a compaction run: its calls belong to their session, kind
   ``compaction``. 2.1.197 and 2.1.332 write no such file: their compaction calls (and 2.1.197's session-title call)
@@ -235,7 +236,7 @@ class _Transcript:
         agent = obj.get("agentId")
         if isinstance(agent, str) and agent:
             self.agents = True
-            return (*lineage([sid, f"agent-{agent}"]), "subagent")
+            return (*lineage([sid, agent]), "subagent")
         if obj.get("isSidechain") is True:
             uuid, parent = obj.get("uuid"), obj.get("parentUuid")
             root = self.roots.get(parent) if isinstance(parent, str) else None
