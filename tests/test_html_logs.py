@@ -299,7 +299,7 @@ def test_names_are_escaped() -> None:
 
 def test_no_misses_says_so() -> None:
     page = render_html(audit_logs(handmade()[:2]))
-    assert "No cache misses: every call read what its session had cached." in page
+    assert "No cache misses in the reported usage: every call read what its session had cached." in page
     assert "<h2>Per call" not in page and not tables(page, "Largest misses")
 
 

@@ -92,7 +92,7 @@ def _spend(report: AuditReport, console: Console) -> None:
 
 def _causes(causes: list[CauseRow], console: Console) -> None:
     if not causes:
-        console.print("No cache misses: every call read what its session had cached.")
+        console.print("No cache misses in the reported usage: every call read what its session had cached.")
         return
     total, inferred = sum(c.misses for c in causes), sum(c.misses - c.diagnosed for c in causes)
     if inferred == total:
