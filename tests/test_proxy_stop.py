@@ -38,6 +38,28 @@ def _slow_upstream() -> Starlette:
     return Starlette(routes=[Route("/slow", slow)])
 
 
+def signal_mid_stream(proc: subprocess.Popen[str], port: int, sig: signal.Signals) -> tuple[list[bytes], str, int]:
+    """Read ``/slow`` through the proxy ``proc`` listening on ``port``, send ``sig`` once the first chunk arrived,
+    and return the lines the client received, the proxy's remaining stderr and its exit code."""
+    assert proc.stderr is not None
+    received: list[bytes] = []
+    first = threading.Event()
+
+    def read() -> None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/slow", timeout=30) as r:
+            for line in r:
+                received.append(line)
+                first.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert first.wait(timeout=20), "no first chunk"
+    proc.send_signal(sig)  # mid-stream
+    reader.join(timeout=30)
+    rest = proc.stderr.read()
+    return received, rest, proc.wait(timeout=30)
+
+
 def _events(lines: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.startswith("{")]
 
@@ -51,22 +73,7 @@ def test_a_signal_drains_the_stream_in_flight_then_stops_with_exit_0(sig: signal
             assert proc.stderr is not None
             start = json.loads(proc.stderr.readline())
             assert start["event"] == "proxy.start" and start["port"] > 0
-            received: list[bytes] = []
-            first = threading.Event()
-
-            def read() -> None:
-                with urllib.request.urlopen(f"http://127.0.0.1:{start['port']}/slow", timeout=30) as r:
-                    for line in r:
-                        received.append(line)
-                        first.set()
-
-            reader = threading.Thread(target=read)
-            reader.start()
-            assert first.wait(timeout=20), "no first chunk"
-            proc.send_signal(sig)  # mid-stream
-            reader.join(timeout=30)
-            rest = proc.stderr.read()
-            code = proc.wait(timeout=30)
+            received, rest, code = signal_mid_stream(proc, start["port"], sig)
         finally:
             proc.kill()
     chunks = [line for line in received if line.startswith(b"data: ")]

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from typing import Any
@@ -26,7 +25,7 @@ from starlette.routing import Route
 from agentcache._exceptions import ConfigError
 from agentcache.proxy import load_proxy_config
 from tests.test_proxy_redis import redis_url  # noqa: F401  # the module's redis-server fixture
-from tests.test_proxy_stop import CHUNKS, _slow_upstream
+from tests.test_proxy_stop import CHUNKS, _slow_upstream, signal_mid_stream
 from tests.test_proxy_support import ServerThread
 
 
@@ -97,22 +96,7 @@ def test_two_workers_share_sessions_and_drain_on_sigterm(redis_url: str) -> None
             port = start["port"]
             for _ in range(6):
                 _post(port, "shared-1")
-            received: list[bytes] = []
-            first = threading.Event()
-
-            def read() -> None:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/slow", timeout=30) as r:
-                    for line in r:
-                        received.append(line)
-                        first.set()
-
-            reader = threading.Thread(target=read)
-            reader.start()
-            assert first.wait(timeout=20), "no first chunk"
-            proc.send_signal(signal.SIGTERM)  # mid-stream
-            reader.join(timeout=30)
-            rest = proc.stderr.read()
-            code = proc.wait(timeout=30)
+            received, rest, code = signal_mid_stream(proc, port, signal.SIGTERM)
         finally:
             proc.kill()
     assert code == 0, rest
