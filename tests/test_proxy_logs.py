@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 from enum import Enum
 from typing import Any
@@ -181,6 +182,9 @@ def test_the_start_line_names_only_the_settings_that_differ(
     configure_logging("console", "info")
     serve(load_proxy_config(port=0, upstream="http://127.0.0.1:9"), load_settings(coalesce=False, markers="own"))
     [start] = [ln for ln in capsys.readouterr().err.splitlines() if "proxy.start" in ln]
+    port = re.search(r" port=(\d+) ", start)
+    assert port is not None, start
     assert start.endswith(
-        " upstream=http://127.0.0.1:9 engine=none store=memory settings.markers=own settings.coalesce=false"
+        " upstream=http://127.0.0.1:9 engine=none store=memory"
+        f" live_page=http://127.0.0.1:{port.group(1)}/agentcache/ settings.markers=own settings.coalesce=false"
     )
