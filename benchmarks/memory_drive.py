@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proxy_bench import Conn, _free_port, _rss_kb, _start, serve_upstream
+from proxy_bench import Conn, _rss_kb, proxy_behind, serve_upstream
 
 ROUTES = ("/v1/messages", "/v1/chat/completions", "/v1/responses")
 TENANTS = 8
@@ -239,19 +239,9 @@ def main() -> None:
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
-    up, px = _free_port(), _free_port()
-    procs = [_start([sys.executable, __file__, "--serve-upstream", str(up)], up)]
-    try:
-        env = {"AGENTCACHE_PROXY_MAX_STATE_MB": str(args.max_state_mb)}
-        cmd = [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up}", "--port", str(px)]
-        procs.append(_start(cmd, px, env))
-        run = asyncio.run(drive(px, procs[1].pid, args))
+    with proxy_behind(__file__, args.max_state_mb) as (px, pid):
+        run = asyncio.run(drive(px, pid, args))
         parts = asyncio.run(accounting(px))
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=20)
     result = checks(run, args.max_state_mb)
     report(run, parts, result, args)
     if args.json:

@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from proxy_bench import Conn, Conversations, _free_port, _rss_kb, _start, serve_upstream
+from proxy_bench import Conn, Conversations, _rss_kb, proxy_behind, serve_upstream
 
 
 def _stamp(body: bytes, model: str, chat: bool) -> bytes:
@@ -112,18 +112,8 @@ def main() -> None:
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return
-    up, px = _free_port(), _free_port()
-    procs = [_start([sys.executable, __file__, "--serve-upstream", str(up)], up)]
-    try:
-        env = {"AGENTCACHE_PROXY_MAX_STATE_MB": str(args.max_state_mb)}
-        cmd = [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up}", "--port", str(px)]
-        procs.append(_start(cmd, px, env))
-        run = asyncio.run(drive(px, procs[1].pid, args.streams, args.seconds, args.model_bytes, args.sample))
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.wait(timeout=20)
+    with proxy_behind(__file__, args.max_state_mb) as (px, pid):
+        run = asyncio.run(drive(px, pid, args.streams, args.seconds, args.model_bytes, args.sample))
     samples = run["samples"]
     base = samples[0][2]
     peak = max(s[2] for s in samples)

@@ -51,6 +51,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -335,6 +337,24 @@ def _start(
     )
     _wait(port)
     return proc
+
+
+@contextmanager
+def proxy_behind(script: str, max_state_mb: int) -> Iterator[tuple[int, int]]:
+    """``script --serve-upstream PORT`` as the fake upstream and ``agentcache proxy`` in front of it with
+    ``max_state_mb``, as processes: yields the proxy's port and pid; both stopped after."""
+    up, px = _free_port(), _free_port()
+    procs = [_start([sys.executable, script, "--serve-upstream", str(up)], up)]
+    try:
+        env = {"AGENTCACHE_PROXY_MAX_STATE_MB": str(max_state_mb)}
+        cmd = [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up}", "--port", str(px)]
+        procs.append(_start(cmd, px, env))
+        yield px, procs[1].pid
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=20)
 
 
 def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, float]]:
