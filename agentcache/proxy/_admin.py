@@ -73,10 +73,9 @@ def _refuse(state: ProxyState, request: Request, status: int, message: str) -> R
 
 def metrics_denied(state: ProxyState, request: Request) -> Response | None:
     """None when ``request`` may read ``/metrics`` (module docstring), else the 401/403 response."""
-    admin = admin_status(state, request)
     if state.config.admin_token:
-        return None if admin else _refuse(state, request, 401, "admin token required")
-    if not is_loopback(state.config.host):
+        return None if admin_status(state, request) else _refuse(state, request, 401, "admin token required")
+    if not _open_on_loopback(state):
         message = "/metrics is disabled: the proxy is bound beyond loopback and no admin token is set"
         return _refuse(state, request, 403, message)
     return None
@@ -89,21 +88,19 @@ def report_tenant(state: ProxyState, request: Request) -> tuple[str | None, Resp
     if admin is None:
         return None, _refuse(state, request, 401, "admin token invalid")
     wanted = request.query_params.get("tenant")
-    if admin or _local_owner(state, request):
-        return wanted, None
     own = tenant_of(request.headers, state.config.tenant_salt)
+    if admin or (own == ANONYMOUS and _open_on_loopback(state)):
+        # A keyless caller (a browser) of a loopback proxy without a token is the person at this machine: every
+        # tenant, as /metrics serves them (their agents send keys, so their sessions are never anonymous).
+        return wanted, None
     if wanted is not None and wanted != own:
         return None, _refuse(state, request, 403, "another tenant's report needs the admin token")
     return own, None
 
 
-def _local_owner(state: ProxyState, request: Request) -> bool:
-    """A caller without a key (a browser) of a proxy bound to loopback with no admin token: the person at this
-    machine, who sees every tenant, as ``/metrics`` serves them (their own agents send keys, so their sessions are
-    never ``anonymous``)."""
-    if state.config.admin_token or not is_loopback(state.config.host):
-        return False
-    return tenant_of(request.headers, state.config.tenant_salt) == ANONYMOUS
+def _open_on_loopback(state: ProxyState) -> bool:
+    """No admin token configured and bound to loopback: the all-tenant views are the local user's."""
+    return not state.config.admin_token and is_loopback(state.config.host)
 
 
 def namespace_answer(state: ProxyState, request: Request, known: list[BaseRoute]) -> Response:
