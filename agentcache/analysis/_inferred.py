@@ -175,12 +175,13 @@ def _loss(
     if lost < MIN_LOSS:
         return base
     acted = call.model != prev.model or "compacted" in call.events or call.kind == "compaction"
-    if exact is not None and exact[2] * 2 >= lost and not acted:  # the body explains most of the loss
+    explains = exact is not None and exact[2] * 2 >= lost  # the body explains most of the loss
+    if exact is not None and explains and not acted:
         return CallLoss(expected, lost, exact[0], exact[1], "the request body (byte-level)", gap, ttl, False)
     cause, where, detail, inferred = _why(prev, call, gap, ttl, static_read)
     if exact is not None and acted:  # what the user did names the cause; the body says what it changed first
         detail = f"{detail}; the request body first differs at {exact[1] or 'the start'} ({exact[0]})"
-        inferred = inferred and exact[2] * 2 < lost  # the bodies confirm what the log records
+        inferred = inferred and not explains  # the bodies confirm what the log records
     return CallLoss(expected, lost, cause, where, detail, gap, ttl, inferred)
 
 
