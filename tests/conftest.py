@@ -98,6 +98,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 @pytest.fixture(autouse=True)
+def _no_remembered_engines() -> Iterator[None]:
+    """Forget the engines ``probe`` remembered per origin: the OS reuses a closed fake upstream's port, and a test
+    must not read another test's answer for it."""
+    from agentcache.targets._detect import forget
+
+    forget()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _no_leftover_logging() -> Iterator[None]:
     """Undo any ``configure_logging`` a test's CLI run did (``proxy``/``serve`` log at info): a handler left at
     info would make later tests' session events pile up in pytest's log capture."""

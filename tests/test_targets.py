@@ -89,3 +89,15 @@ def test_the_proxy_recognises_an_engine_upstream_at_start() -> None:
         assert asyncio.run(run()) == ("engine", "llama.cpp")
     finally:
         up.close()
+
+
+def test_an_engine_started_after_the_client_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentcache.targets._detect as detect
+
+    answers: list[object] = [None, None, {"data": [{"owned_by": "llamacpp"}]}, None]
+    monkeypatch.setattr(detect, "_get_json", lambda url, timeout: answers.pop(0))
+    assert probe("http://127.0.0.1:9/v1").engine is None  # nothing listening yet: remembered a while
+    assert probe("http://127.0.0.1:9/v1").engine is None and len(answers) == 2  # not asked again
+    monkeypatch.setattr(detect, "UNKNOWN_TTL", 0.0)
+    assert probe("http://127.0.0.1:9/v1").engine is Engine.LLAMA_CPP  # asked again once the answer expired
+    assert probe("http://127.0.0.1:9/v1").engine is Engine.LLAMA_CPP and answers == [None]  # remembered

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -73,23 +74,28 @@ def _get_json(url: str, timeout: float) -> Any:
         return None
 
 
-_seen: dict[str, EngineInfo] = {}
+#: Seconds a "not an engine we recognise" answer is remembered: an engine started after the client is still found,
+#: and a port the OS hands to another server is asked again. A recognised engine is remembered for the process.
+UNKNOWN_TTL = 30.0
+_seen: dict[str, tuple[EngineInfo, float]] = {}
 _lock = threading.Lock()
 
 
 def probe(base_url: str, timeout: float = 1.0) -> EngineInfo:
-    """Ask the endpoint at ``base_url`` what it is (blocking; at most two GETs of ``timeout`` seconds each, once
-    per origin per process). A provider host, an error or an unknown answer gives ``EngineInfo()``."""
+    """Ask the endpoint at ``base_url`` what it is (blocking; at most two GETs of ``timeout`` seconds each). A
+    recognised engine is remembered per origin for the process; an unknown answer for :data:`UNKNOWN_TTL` seconds.
+    A provider host, an error or an unknown answer gives ``EngineInfo()``."""
     if is_provider_host(base_url):
         return EngineInfo()
     root = origin(base_url)
+    now = time.monotonic()
     with _lock:
         hit = _seen.get(root)
-    if hit is not None:
-        return hit
+    if hit is not None and (hit[0].engine is not None or now - hit[1] < UNKNOWN_TTL):
+        return hit[0]
     info = _read(_get_json(root + "/v1/models", timeout), _get_json(root + "/props", timeout))
     with _lock:
-        _seen[root] = info
+        _seen[root] = (info, now)
     return info
 
 
