@@ -100,4 +100,4 @@ def test_an_engine_started_after_the_client_is_found(monkeypatch: pytest.MonkeyP
     assert probe("http://127.0.0.1:9/v1").engine is None and len(answers) == 2  # not asked again
     monkeypatch.setattr(detect, "UNKNOWN_TTL", 0.0)
     assert probe("http://127.0.0.1:9/v1").engine is Engine.LLAMA_CPP  # asked again once the answer expired
-    assert probe("http://127.0.0.1:9/v1").engine is Engine.LLAMA_CPP and answers == [None]  # remembered
+    assert probe("http://127.0.0.1:9/v1").engine is Engine.LLAMA_CPP and answers == []  # remembered
