@@ -372,7 +372,7 @@ def _emit(
         from .analysis._html import render_html
 
         try:
-            size = html.write_text(render_html(report, [str(p) for p in named]))
+            size = html.write_text(render_html(report, [str(p) for p in named], replayed=simulated if logs else None))
             if not json_output:  # stdout stays one JSON document with --json
                 typer.echo(f"HTML report: {html} ({size / 1024:.0f} KB of text)")
         except OSError as exc:

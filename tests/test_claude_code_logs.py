@@ -251,3 +251,30 @@ def test_agentcache_audit_on_the_transcripts(gen: Generated, transcripts: Inputs
         ]
         assert all("the request body" in m["detail"] for m in misses)
         assert doc["simulated"]["totals"]["reported"]["requests"] == len(held)  # every request rebuilt
+
+
+def test_html_page_of_the_transcripts(gen: Generated, tmp_path: Path) -> None:
+    """``agentcache audit <projects> --html``: the logs' page, and when the transcripts hold the requests (2.1.332)
+    the replayed bodies as its last section, with the same numbers ``--json`` prints."""
+    from typer.testing import CliRunner
+
+    from agentcache._cli import app
+
+    page = tmp_path / "audit.html"
+    done = CliRunner().invoke(app, ["audit", str(gen.projects), "--html", str(page)], catch_exceptions=False)
+    assert done.exit_code == 0, done.stderr
+    html = page.read_text()
+    doc = _audit_json(gen.projects)
+    reported = doc["totals"]["reported"]
+    assert f"{reported['requests']:,} calls" in html
+    replayed = "The requests with their bodies, replayed"
+    if gen.version == "2.1.197":  # no request recorded: no replayed section
+        assert replayed not in html
+        return
+    assert html.count(replayed) == 1 and html.index(replayed) > html.index("<h2>Sessions</h2>")
+    section = html[html.index(replayed) :]
+    simulated = doc["simulated"]["totals"]
+    assert "What the arms mean" in section and "Misses by cause" in section
+    for arm in ("as_sent", "agentcache"):
+        assert f"<b>{arm}</b>" in section
+        assert f"{simulated[arm]['prompt_tokens']:,}" in section

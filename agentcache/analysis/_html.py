@@ -15,6 +15,7 @@ own page from the same templates and chart helpers (:mod:`._html_logs`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .. import __version__
 from ._html_charts import arm_colors, cost_chart, share_by_request_chart, token_chart, turn_chart, turn_columns
@@ -26,14 +27,27 @@ from ._report import AuditReport
 __all__ = ["render_html"]
 
 
-def render_html(report: AuditReport, inputs: Sequence[str] = (), *, top: int | None = None, detail: int = 3) -> str:
+def render_html(
+    report: AuditReport,
+    inputs: Sequence[str] = (),
+    *,
+    top: int | None = None,
+    detail: int = 3,
+    replayed: AuditReport | None = None,
+) -> str:
     """The whole HTML document for ``report``. ``inputs``: the audited file names, shown in the header and title;
     ``top``: sessions listed (the others summed in one row; default 10), or for an audit of agents' logs
     (``mode = "reported"``: :func:`._html_logs.render_logs_html`'s page) root sessions in the session tree (default
-    20); ``detail``: sessions with per-request charts."""
+    20); ``detail``: sessions with per-request charts. ``replayed``: with an audit of agents' logs, the audit of the
+    same calls' request bodies (``audit --exact``), drawn as a section of its page."""
     if report.mode == "reported":
-        return render_logs_html(report, inputs, top=20 if top is None else top, detail=detail)
-    top = 10 if top is None else top
+        body = _context(replayed, inputs, 10 if top is None else top, detail) if replayed is not None else None
+        return render_logs_html(report, inputs, top=20 if top is None else top, detail=detail, replayed=body)
+    return template("report.html.jinja").render(_context(report, inputs, 10 if top is None else top, detail))
+
+
+def _context(report: AuditReport, inputs: Sequence[str], top: int, detail: int) -> dict[str, Any]:
+    """The variables of the simulated report's templates (``report.html.jinja``, ``_report_body.html.jinja``)."""
     view = build_view(report, inputs, top=top, detail=detail)
     arms = list(report.totals)
     colors = arm_colors(arms)
@@ -42,14 +56,14 @@ def render_html(report: AuditReport, inputs: Sequence[str] = (), *, top: int | N
         peak = max((c[2] for a in shown for c in turn_columns(a, d.turns)), default=1)
         d.charts = [{"arm": a, "chart": turn_chart(a, d.turns, peak)} for a in shown]
     by_name = {a.name: a for a in view.arms}
-    return template("report.html.jinja").render(
-        v=view,
-        base=by_name.get("as_sent"),
-        agentcache=by_name.get("agentcache") if "as_sent" in by_name else None,
-        ideal=by_name.get("ideal"),
-        colors=colors,
-        token_chart=token_chart(report.totals),
-        cost_chart=cost_chart(report.totals, colors),
-        share_chart=share_by_request_chart(report.turns, arms, colors),
-        version=__version__,
-    )
+    return {
+        "v": view,
+        "base": by_name.get("as_sent"),
+        "agentcache": by_name.get("agentcache") if "as_sent" in by_name else None,
+        "ideal": by_name.get("ideal"),
+        "colors": colors,
+        "token_chart": token_chart(report.totals),
+        "cost_chart": cost_chart(report.totals, colors),
+        "share_chart": share_by_request_chart(report.turns, arms, colors),
+        "version": __version__,
+    }

@@ -13,7 +13,8 @@ from the report and bounds it; this module lays out the charts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .. import __version__
 from ._html_charts import Chart, arm_colors, turn_chart, turn_columns, usd
@@ -37,10 +38,18 @@ SPEND_COLORS = {
 }
 
 
-def render_logs_html(report: AuditReport, inputs: Sequence[str] = (), *, top: int = 20, detail: int = 3) -> str:
+def render_logs_html(
+    report: AuditReport,
+    inputs: Sequence[str] = (),
+    *,
+    top: int = 20,
+    detail: int = 3,
+    replayed: Mapping[str, Any] | None = None,
+) -> str:
     """The whole HTML document for ``report`` (an audit of agents' logs). ``inputs``: the paths audited (in the
     title); ``top``: root sessions listed in the session tree (the others summed); ``detail``: sessions with
-    per-call charts."""
+    per-call charts; ``replayed``: the simulated report's template variables for the same calls' request bodies
+    (``audit --exact``; :func:`._html.render_html` builds them), drawn as the page's last section."""
     view = build_logs_view(report, inputs, top=top, detail=detail)
     colors = arm_colors(list(report.totals))
     _call_charts(view)
@@ -57,6 +66,7 @@ def render_logs_html(report: AuditReport, inputs: Sequence[str] = (), *, top: in
         day_chart=day_chart(view.days, colors, LOST) if view.days else None,
         max_days=MAX_DAYS,
         version=__version__,
+        replayed=replayed,
     )
 
 
