@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
 from agentcache.loaders import Record
 from agentcache.plan import ServerRenderer, TieredRadixCache
+from agentcache.serve.llama import LlamaServer, find_llama_server, smollm2_model_path
 from tests import needs
 
 LLAMA_SERVER = find_llama_server()
