@@ -6,7 +6,7 @@
 Each cell runs one of the framework examples (``examples/langchain_agent.py`` with ChatOpenAI and with
 ChatAnthropic, ``examples/openai_agents_sdk.py``, ``examples/litellm_agent.py``) as a script with ``--via
 direct|proxy|wrap``, each on a fresh ``llama-server`` the example starts itself (SmolLM2-135M, one slot, the
-tools-first template ``agentcache/_engines/templates/tools_first.jinja``), so no cell reuses another's cache.
+tools-first template ``agentcache/serve/llama/templates/tools_first.jinja``), so no cell reuses another's cache.
 The workload is the same short conversation in every cell: the examples' system prompt, ``--turns`` user
 questions, and five registry tools handed over in a new order every user turn (an unordered tool registry).
 

@@ -10,7 +10,7 @@ included. To keep SmolLM2's CPU prefill short, the system prompt is cut to ``--s
 to ``--content-chars``, and ``--tools`` airline tools are offered (those the session uses first).
 
 Each arm runs on a fresh ``llama-server`` (SmolLM2-135M-Instruct Q4_1, one slot, prompt caching on) started
-with ``--jinja --chat-template-file agentcache/_engines/templates/tools_first.jinja``: the tools are rendered
+with ``--jinja --chat-template-file agentcache/serve/llama/templates/tools_first.jinja``: the tools are rendered
 before the system text, as hosted providers order their caches, so tool order reaches the KV cache. Requests
 go through the real ``openai`` SDK with ``max_tokens=1`` (the prefill is what is measured):
 
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "agentcache" / "_engines" / "templates" / "tools_first.jinja"
+TEMPLATE = ROOT / "agentcache" / "serve" / "llama" / "templates" / "tools_first.jinja"
 DATA = ROOT / "data" / "tau-bench"
 ARMS = ("unshuffled", "shuffled", "shuffled+agentcache")
 #: Tools of the airline domain in the order run 0 first uses them, then the rest.
@@ -116,7 +116,7 @@ def run_arm(
     import openai
 
     import agentcache
-    from agentcache._engines.llama import LlamaServer, smollm2_model_path
+    from agentcache.serve.llama import LlamaServer, smollm2_model_path
 
     model = smollm2_model_path()
     if model is None:

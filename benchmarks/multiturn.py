@@ -275,7 +275,7 @@ def main() -> None:
     if args.model is None:
         if args.engine == "sglang":
             parser.error("--model is required with --engine sglang")
-        from agentcache._engines.llama import smollm2_model_path
+        from agentcache.serve.llama import smollm2_model_path
 
         found = smollm2_model_path()
         if found is None:

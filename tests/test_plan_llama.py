@@ -7,7 +7,7 @@ shares with the other session's last prompt. The planner, given the server's own
 ``slot`` eviction (a one-entry cache), must predict llama.cpp's reported ``cached_tokens`` turn by turn. What
 this validates is the planner's matching on real token ids and the one-slot eviction; SGLang's radix tree,
 session-aware eviction and HiCache tiers hold by contract (the semantics read from the sglang 0.5.23 wheel,
-``agentcache/plan/_tree.py``), as there is no GPU here.
+``agentcache/engine/_radix.py``), as there is no GPU here.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
+from agentcache.engine import TieredRadixCache
 from agentcache.loaders import Record
-from agentcache.plan import ServerRenderer, TieredRadixCache
+from agentcache.plan import ServerRenderer
+from agentcache.serve.llama import LlamaServer, find_llama_server, smollm2_model_path
 from tests import needs
 
 LLAMA_SERVER = find_llama_server()

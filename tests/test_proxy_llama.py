@@ -21,8 +21,8 @@ import httpx
 import openai
 import pytest
 
-from agentcache._engines.llama import LlamaServer, find_llama_server, smollm2_model_path
 from agentcache.proxy import ProxyConfig, create_app
+from agentcache.serve.llama import LlamaServer, find_llama_server, smollm2_model_path
 from tests import needs
 from tests.conftest import policy, real_turns
 from tests.test_proxy_support import ServerThread, eventually, settings

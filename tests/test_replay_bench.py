@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcache._engines.llama import find_llama_server, smollm2_model_path
+from agentcache.serve.llama import find_llama_server, smollm2_model_path
 from tests import needs
 
 ROOT = Path(__file__).resolve().parent.parent

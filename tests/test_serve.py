@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from agentcache import ConfigError
 from agentcache import _cli as cli
-from agentcache._engines.llama import INSTALL_HINT, LlamaServer
 from agentcache.serve import (
     EXIT_PREFLIGHT,
     L2,
@@ -28,6 +27,7 @@ from agentcache.serve import (
 )
 from agentcache.serve._build import llama_options, proxy_argv
 from agentcache.serve._sglang import FILE_DIR_ENV
+from agentcache.serve.llama import INSTALL_HINT, LlamaServer
 
 GIB = 1024**3
 GPU_BOX = Machine(gpus_mib=(81920, 81920), mem_available=512 * GIB, sglang=True, sglang_router=True, mooncake=True,
@@ -309,7 +309,7 @@ def test_cli_bad_option_is_one_line() -> None:
 def test_serving_smollm2_renders_the_tools_and_says_so(tmp_path: Path) -> None:
     """SmolLM2's own template drops the tools: serve uses the tools-first template and says so at start; any
     other GGUF keeps its own template with a note; a template on the command line is left alone."""
-    from agentcache._engines.llama._template import TOOLS_FIRST_TEMPLATE
+    from agentcache.serve.llama._template import TOOLS_FIRST_TEMPLATE
 
     smol = build_plan(ServeOptions("/models/SmolLM2-135M-Instruct.Q4_1.gguf"), Toolchain(llama_server="x"))
     argv = list(smol.processes[0].argv)

@@ -32,7 +32,6 @@ import pytest
 from typer.testing import CliRunner
 
 from agentcache import _cli as cli
-from agentcache._engines.llama import cache_dir
 from agentcache.serve import L2, L3, ServeOptions, Toolchain, build_plan
 from agentcache.serve._sglang import (
     DUMMY_WEIGHTS_ARGS,
@@ -42,6 +41,7 @@ from agentcache.serve._sglang import (
     SGLANG_FLAGS,
     SGLANG_VERSION,
 )
+from agentcache.serve.llama import cache_dir
 from tests import needs
 
 FIELDS = "sglang/srt/arg_groups/fields/"

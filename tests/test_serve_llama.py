@@ -25,9 +25,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agentcache import _cli as cli
-from agentcache._engines.llama import find_llama_server, smollm2_model_path
 from agentcache.serve import ReadyCheck
 from agentcache.serve._supervisor import is_ready
+from agentcache.serve.llama import find_llama_server, smollm2_model_path
 from tests import needs
 
 LLAMA_SERVER = find_llama_server()

@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..model._build import shared_run
+from ._prompt import common_prefix
 
-__all__ = ["LlamaCppCache", "LlamaPrediction", "common_prefix"]
+__all__ = ["LlamaCppCache", "LlamaPrediction"]
 
 #: ``llama-server --slot-prompt-similarity`` default (``common/common.h``: ``slot_prompt_similarity = 0.1f``).
 DEFAULT_SIMILARITY = 0.1
@@ -44,11 +44,6 @@ KEEP_SAVE_BELOW = 0.5
 #: A cached prompt is only loaded when the new prompt keeps at least this fraction of it ("don't trash large
 #: prompts", ``server_prompt_cache::load``).
 KEEP_LOAD_MIN = 0.25
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token-id sequences (``server_tokens::get_common_prefix``)."""
-    return shared_run(a, b)
 
 
 @dataclass(slots=True)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._exceptions import InputError
+
+if TYPE_CHECKING:
+    import httpx  # an optional dependency (the proxy/sinks extras): imported where a server is asked
 
 __all__ = ["LlamaServerRenderer", "LocalRenderer", "TokenRenderer", "chat_body"]
 
@@ -57,10 +58,14 @@ class LlamaServerRenderer:
     Raises ``httpx.HTTPError`` when the server cannot be reached or answers an error."""
 
     def __init__(self, base_url: str = "", *, client: httpx.AsyncClient | None = None, timeout: float = 30.0):
+        import httpx
+
         self._own = client is None
         self.client = client or httpx.AsyncClient(base_url=base_url, timeout=timeout, trust_env=False)
 
     async def _post(self, path: str, doc: dict[str, Any]) -> Any:
+        import httpx
+
         for attempt in range(2):
             try:
                 response = await self.client.post(path, json=doc)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._exceptions import ConfigError
+from ..engine import EVICTIONS
 from ._capacity import Ratio, kv_bytes_from_config, parse_sizes
 from ._plan import PlanOptions
 from ._run import CostModel
-from ._tree import EVICTIONS
 
 __all__ = ["options_from_flags"]
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._exceptions import InputError
+from ..engine import Prompt
 from ..loaders import Record
 from ._capacity import Size, resolve
 from ._run import ConfigResult, CostModel, PlanConfig, percentile, schedule, simulate, turn_sharing
-from ._tokens import BlockRenderer, Prompt, Renderer
+from ._tokens import BlockRenderer, Renderer
 
 __all__ = ["PlanOptions", "PlanReport", "plan"]
 

@@ -21,8 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._tokens import Prompt, shared_prefix
-from ._tree import Access, TieredRadixCache
+from ..engine import Access, Prompt, TieredRadixCache, shared_prefix
 
 __all__ = ["ConfigResult", "CostModel", "PlanConfig", "Step", "percentile", "schedule", "simulate"]
 

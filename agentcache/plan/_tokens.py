@@ -1,8 +1,5 @@
-"""Recorded requests as the token sequences the planner's radix tree caches.
-
-A :class:`Prompt` is one request's token ids, kept compact: either runs of synthetic ids (one run per canonical
-block) or real ids from an engine's tokenizer. ``page_keys(page_size)`` cuts it into pages; two prompts share a
-page key exactly when they share those token ids.
+"""Recorded requests as the token sequences the planner's radix tree caches
+(:class:`~agentcache.engine.Prompt`: one request's token ids, cut into pages by ``page_keys``).
 
 Renderers (``Record -> Prompt``):
 
@@ -21,70 +18,22 @@ Any ``Callable[[Record], Prompt]`` can be given instead.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._exceptions import InputError
+from ..engine import Prompt
 from ..loaders import Record
-from ..model._build import BlockCache, shared_run
+from ..model._build import BlockCache
 from ..model._tokens import TokenCounter, default_counter
 
 if TYPE_CHECKING:
     from ..engine import TokenRenderer
 
-__all__ = ["BlockRenderer", "Prompt", "Renderer", "ServerRenderer", "ids_prompt", "shared_prefix"]
+__all__ = ["BlockRenderer", "Renderer", "ServerRenderer"]
 
 #: Room for the ids of one block: bases are spaced this far apart, so a block of fewer tokens never overlaps.
 _SPAN = 1 << 24
-
-
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    """One request's token ids. ``runs``: ``(first id, count)`` pairs (ids ``first .. first+count-1``), or
-    ``ids``: explicit ids (an ``array('q')``). Exactly one of the two is set."""
-
-    runs: tuple[tuple[int, int], ...] = ()
-    ids: array[int] | None = None
-
-    @property
-    def tokens(self) -> int:
-        """Number of tokens."""
-        return len(self.ids) if self.ids is not None else sum(n for _, n in self.runs)
-
-    def page_keys(self, page_size: int) -> list[Hashable]:
-        """One hashable key per whole page of ``page_size`` tokens (a trailing partial page has none)."""
-        if self.ids is not None:
-            ids = self.ids
-            return [ids[i : i + page_size].tobytes() for i in range(0, len(ids) - page_size + 1, page_size)]
-        keys: list[Hashable] = []
-        piece: list[tuple[int, int]] = []
-        room = page_size
-        for first, count in self.runs:
-            at = 0
-            while at < count:
-                take = min(room, count - at)
-                piece.append((first + at, take))
-                at += take
-                room -= take
-                if room == 0:
-                    keys.append(piece[0][0] if page_size == 1 else tuple(piece))
-                    piece, room = [], page_size
-        return keys
-
-
-def shared_prefix(a: Prompt, b: Prompt) -> int:
-    """Tokens at the start of ``a`` and ``b`` that are the same ids."""
-    if a.ids is not None and b.ids is not None:
-        return shared_run(a.ids, b.ids)
-    n = 0
-    for (fa, ca), (fb, cb) in zip(a.runs, b.runs, strict=False):
-        if fa != fb:
-            break
-        n += min(ca, cb)
-        if ca != cb:
-            break
-    return n
 
 
 Renderer = Callable[[Record], Prompt]
@@ -153,8 +102,3 @@ class ServerRenderer:
         if aclose is not None:
             self._loop.run_until_complete(aclose())
         self._loop.close()
-
-
-def ids_prompt(ids: Sequence[int]) -> Prompt:
-    """A prompt of explicit token ``ids`` (tests, callers with their own tokenizer)."""
-    return Prompt(ids=array("q", ids))

@@ -5,6 +5,10 @@ SGLang 0.5.23 on GPUs (unified radix cache, session-aware eviction, HiCache L2/L
 several workers) or llama.cpp's ``llama-server`` elsewhere (one slot per session, ``id_slot`` affinity). SGLang
 is never a dependency of agentcache: it runs under its own interpreter (``--engine-python``).
 
+This package launches engines; it does not model their caches (that is :mod:`agentcache.engine`). SGLang's
+command lines are :mod:`._sglang`'s; llama.cpp's launcher is :mod:`.llama` (also the ``llama-server`` that tests,
+examples and benchmarks start).
+
 Library use::
 
     from agentcache.serve import ServeOptions, build_plan, serve

@@ -1,7 +1,7 @@
 """Assemble the :class:`~._plan.ServePlan` for ``agentcache serve``: engines, router, Mooncake master, proxy.
 
-SGLang's command lines come from :mod:`._sglang`; llama.cpp's from :mod:`agentcache._engines.llama`, the same
-builder :class:`~agentcache._engines.llama.LlamaServer` uses, fed by :func:`llama_options`.
+SGLang's command lines come from :mod:`._sglang`; llama.cpp's from :mod:`agentcache.serve.llama`, the same
+builder :class:`~agentcache.serve.llama.LlamaServer` uses, fed by :func:`llama_options`.
 
 Stages: 0 ``mooncake-master`` (only for ``--l3 mooncake`` without a master address) or ``lmcache-server`` (``--l3
 lmcache`` without a config of the user's; its config file goes in ``ServePlan.files``); 1 the engines
@@ -14,8 +14,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from .._engines.llama import LlamaOptions, llama_server_argv, llama_server_binary
-from .._engines.llama._template import choose_template
 from ._plan import DEFAULT_MOONCAKE_PORT, LOOPBACK, ProcessSpec, ReadyCheck, ServeOptions, ServePlan
 from ._sglang import (
     LMCACHE_PORT,
@@ -27,6 +25,8 @@ from ._sglang import (
     mooncake_master_argv,
     router_argv,
 )
+from .llama import LlamaOptions, llama_server_argv, llama_server_binary
+from .llama._template import choose_template
 
 __all__ = ["Toolchain", "build_plan", "llama_options", "proxy_argv"]
 
@@ -37,7 +37,7 @@ class Toolchain:
     machine with everything installed, which is what ``--dry-run`` assumes for anything missing.
 
     ``router``: ``smg`` or ``sglang_router``. ``mooncake_master``: the binary. ``llama_server``: the binary
-    (None: found by :func:`agentcache._engines.llama.llama_server_binary`). ``proxy``: ``agentcache.proxy`` is
+    (None: found by :func:`agentcache.serve.llama.llama_server_binary`). ``proxy``: ``agentcache.proxy`` is
     importable. ``python``: the interpreter that runs the agentcache proxy (ours).
     """
 
@@ -64,7 +64,7 @@ def llama_options(options: ServeOptions) -> LlamaOptions:
     the client pins a session to a slot with the request field ``id_slot`` (``agentcache replay --via
     agentcache`` does). ``--metrics`` on. ``--l2 SIZE_GB`` sizes the host-memory prompt cache (``--cache-ram``,
     in MiB); ``--no-prefix-cache`` turns both prompt caches off. The chat template renders the tools
-    (:func:`agentcache._engines.llama._template.choose_template`: the tools-first template for SmolLM2, the
+    (:func:`agentcache.serve.llama._template.choose_template`: the tools-first template for SmolLM2, the
     model's own otherwise, the user's when ``extra_args`` choose one). ``extra_args`` come last.
     """
     slots = options.sessions

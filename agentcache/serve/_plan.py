@@ -1,7 +1,7 @@
 """What ``agentcache serve`` runs, as data: the options, one :class:`ProcessSpec` per child process, and the
 :class:`ServePlan` that orders them.
 
-Decide, then execute: the builders in :mod:`._sglang` and :mod:`agentcache._engines.llama` and :func:`build_plan`
+Decide, then execute: the builders in :mod:`._sglang` and :mod:`agentcache.serve.llama` and :func:`build_plan`
 only produce frozen records; :mod:`._supervisor` starts them, and ``--dry-run`` prints them. Nothing here
 touches a process, a port or the network.
 

@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._engines.llama import INSTALL_HINT, find_llama_server
 from .._install import install_hint
 from ._build import Toolchain
 from ._plan import LOOPBACK, ServeOptions, ServePlan
 from ._sglang import SGLANG_VERSION, tp_size
+from .llama import INSTALL_HINT, find_llama_server
 
 __all__ = [
     "Machine",

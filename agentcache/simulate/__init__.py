@@ -1,30 +1,18 @@
-"""Provider cache simulators: deterministic models of the published caching rules."""
+"""The provider cache simulators: deterministic models of Anthropic's and OpenAI's published caching rules, the
+ideal bound, and the shapes every cache simulator shares (:class:`Simulator`, :class:`SimResult`,
+:class:`SeenIndex`). An engine's cache models are :mod:`agentcache.engine`'s; a target picks its simulator
+(:meth:`agentcache.targets.Target.simulator`)."""
 
 from __future__ import annotations
 
-from .._exceptions import ConfigError
 from ._anthropic import AnthropicSimulator, breakpoints, last_cacheable, markers_valid
 from ._base import Concurrency, SeenIndex, SimResult, Simulator, SimUsage
-from ._engine import EngineSimulator
 from ._ideal import IdealSimulator
 from ._openai import OpenAISimulator, cached_tokens
-
-
-def simulator_for(provider: str, model: str | None = None) -> Simulator:
-    """A fresh simulator for ``provider`` (``anthropic``, ``openai`` or ``engine``). Raises ConfigError otherwise."""
-    if provider == "anthropic":
-        return AnthropicSimulator(model)
-    if provider == "openai":
-        return OpenAISimulator(model)
-    if provider == "engine":
-        return EngineSimulator(model)
-    raise ConfigError(f"unknown provider {provider!r}; expected 'anthropic', 'openai' or 'engine'")
-
 
 __all__ = [
     "AnthropicSimulator",
     "Concurrency",
-    "EngineSimulator",
     "IdealSimulator",
     "OpenAISimulator",
     "SeenIndex",
@@ -35,5 +23,4 @@ __all__ = [
     "cached_tokens",
     "last_cacheable",
     "markers_valid",
-    "simulator_for",
 ]

@@ -9,12 +9,13 @@ the proxy and ``replay`` register for an SGLang target.
 
 from __future__ import annotations
 
+from ..engine import EngineSimulator
 from ..model._canonical import CanonicalRequest
 from ..model._fields import StorageTier
 from ..model._plan import WirePlan
 from ..model._types import Engine, TargetKind
 from ..model._usage import CacheUsage
-from ..simulate import Concurrency, EngineSimulator, Simulator
+from ..simulate import Concurrency, Simulator
 from ._base import PlanInput, Target, TargetPlan
 
 __all__ = ["EngineTarget"]
@@ -42,5 +43,5 @@ class EngineTarget(Target):
         return StorageTier("engine", None, dict(usage.tiers) if usage is not None else {})
 
     def simulator(self, model: str | None = None, concurrency: Concurrency | None = None) -> Simulator:
-        """:class:`~agentcache.simulate.EngineSimulator` (a shared, unbounded prefix cache)."""
+        """:class:`~agentcache.engine.EngineSimulator` (a shared, unbounded prefix cache)."""
         return EngineSimulator(model or self.model)

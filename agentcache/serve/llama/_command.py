@@ -2,7 +2,7 @@
 :func:`llama_server_argv` turns it into the argv for a binary, a model, a host and a port. Pure; nothing is
 started, and this is the only place that spells llama-server's flags.
 
-Both launchers build their command here: :class:`~agentcache._engines.llama.LlamaServer` (tests, examples,
+Both launchers build their command here: :class:`~agentcache.serve.llama.LlamaServer` (tests, examples,
 benchmarks) and ``agentcache serve``'s plan (:func:`agentcache.serve._build.llama_options`). The flags are those
 of the ``llama-server --help`` of the llama.cpp that ``scripts/build-llama-server`` builds (llama-cpp-python
 0.3.36's vendored copy):
@@ -25,7 +25,7 @@ from pathlib import Path
 __all__ = ["LOOPBACK", "RESERVED_ARGS", "LlamaOptions", "llama_server_argv"]
 
 LOOPBACK = "127.0.0.1"
-"""The only address a :class:`~agentcache._engines.llama.LlamaServer` binds, and the default host."""
+"""The only address a :class:`~agentcache.serve.llama.LlamaServer` binds, and the default host."""
 
 RESERVED_ARGS = frozenset({"--host", "--port", "-m", "--model"})
 """Options :func:`llama_server_argv` sets from its own arguments; repeated in ``extra_args`` they would

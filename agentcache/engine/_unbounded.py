@@ -8,7 +8,7 @@ and the model's own tokenizer and chat template are not modelled (tokens are tik
 from __future__ import annotations
 
 from ..model._canonical import CanonicalRequest
-from ._base import SeenIndex, SimResult, SimUsage
+from ..simulate._base import SeenIndex, SimResult, SimUsage
 
 __all__ = ["EngineSimulator"]
 

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentcache._engines import llama
-from agentcache._engines.llama import LOOPBACK, LlamaServer, LlamaServerError, find_llama_server, smollm2_model_path
+from agentcache.serve import llama
+from agentcache.serve.llama import LOOPBACK, LlamaServer, LlamaServerError, find_llama_server, smollm2_model_path
 from tests import needs
 
 LLAMA_SERVER = find_llama_server()

@@ -39,7 +39,8 @@ __all__ = ["EVICTIONS", "Access", "TieredRadixCache"]
 
 Eviction = Literal["lru", "session", "slot"]
 #: ``lru``: SGLang's default ``--radix-eviction-policy lru``; ``session``: ``--enable-session-radix-cache`` on
-#: top of LRU; ``slot``: a one-entry cache (only the last request's prefix stays in L1), llama.cpp's single slot.
+#: top of LRU; ``slot``: a one-entry cache (only the last request's prefix stays in L1), llama.cpp's single slot
+#: without its host prompt cache, at page granularity (the token-exact llama.cpp model is :mod:`._llama`).
 EVICTIONS: tuple[str, ...] = ("lru", "session", "slot")
 
 
@@ -117,9 +118,9 @@ class TieredRadixCache:
     # -- public -------------------------------------------------------------------------------------------------
 
     def request(self, keys: Sequence[Hashable], tokens: int, session: str | None = None) -> Access:
-        """Serve one prompt of ``tokens`` tokens whose whole pages have ``keys`` (:meth:`Prompt.page_keys`) for
-        ``session``: match, load hits into L1, prefill and insert the rest, then register the session's
-        reference. Returns the :class:`Access`."""
+        """Serve one prompt of ``tokens`` tokens whose whole pages have ``keys``
+        (:meth:`~agentcache.engine.Prompt.page_keys`) for ``session``: match, load hits into L1, prefill and insert
+        the rest, then register the session's reference. Returns the :class:`Access`."""
         self._tick += 1
         p = self.page_size
         pages = list(keys)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 __all__ = ["TEMPLATE_FLAGS", "TOOLS_FIRST_TEMPLATE", "TemplateChoice", "choose_template"]
 
-TOOLS_FIRST_TEMPLATE = Path(__file__).resolve().parent.parent / "templates" / "tools_first.jinja"
-"""agentcache's tools-first ChatML template for SmolLM2 (``agentcache/_engines/templates/tools_first.jinja``)."""
+TOOLS_FIRST_TEMPLATE = Path(__file__).resolve().parent / "templates" / "tools_first.jinja"
+"""agentcache's tools-first ChatML template for SmolLM2 (``agentcache/serve/llama/templates/tools_first.jinja``)."""
 
 TEMPLATE_FLAGS = frozenset({"--chat-template", "--chat-template-file", "--no-jinja"})
 """``llama-server`` flags that choose the template themselves: given by the user, agentcache leaves it alone."""

@@ -22,7 +22,8 @@ tokens are reported per endpoint as (llama.cpp vendored by llama-cpp-python 0.3.
 - ``/v1/messages`` (Anthropic): ``usage.cache_read_input_tokens``, with ``usage.input_tokens`` the uncached rest;
 - ``/v1/responses``: ``usage.input_tokens_details.cached_tokens`` (``usage.input_tokens`` is the whole prompt).
 
-Standard library only, so importing this package never needs an optional dependency.
+Standard library only (its parent :mod:`agentcache.serve` needs only agentcache's core dependencies), so
+importing this package never needs an optional dependency.
 """
 
 from __future__ import annotations
