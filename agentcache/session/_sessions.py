@@ -299,8 +299,7 @@ class Sessions(Manager):
                     sess.body_bytes = before
             except Exception as exc:  # an agentcache bug must not break the caller's successful request
                 log.warning("session.commit_failed", session_id=turn.session.session_id, error=type(exc).__name__)
-                turn.committed = False
-                turn.done = True
+                turn.settle(False)
                 return False
             self._committed(turn, ok, now, events)
         self._emit(events)
@@ -326,7 +325,7 @@ class Sessions(Manager):
                 )
             )
         except StoreUnavailable:
-            turn.committed, turn.done = False, True
+            turn.settle(False)
             raise
         events: list[LifecycleEvent] = []
         with self._lock:
@@ -335,10 +334,9 @@ class Sessions(Manager):
         return ok
 
     def _committed(self, turn: Turn, ok: bool, now: float, events: list[LifecycleEvent]) -> None:
-        turn.committed = ok
+        turn.settle(ok)
         sess = turn.session
         if not ok:
-            turn.done = True
             log.debug("session.stale", session_id=sess.session_id, generation=turn.generation, outcome="commit")
             return
         sess.attempt = 0
@@ -349,10 +347,7 @@ class Sessions(Manager):
         self._bound_scopes()
 
     def finish_turn(self, turn: Turn, usage: CacheUsage | None, duration: float | None, cut: bool) -> TurnReport | None:
-        """See :meth:`Turn.finish`."""
-        if not turn.committed or turn.done:
-            return None
-        turn.done = True
+        """See :meth:`Turn.finish` (which checked the turn's state)."""
         report = build_report(turn, usage, duration)
         events: list[LifecycleEvent] = []
         with self._lock:
@@ -384,12 +379,9 @@ class Sessions(Manager):
         return report
 
     def fail_turn(self, turn: Turn, reason: str) -> None:
-        """See :meth:`Turn.fail`."""
+        """See :meth:`Turn.fail` (which checked the turn's state)."""
         events: list[LifecycleEvent] = []
         with self._lock:
-            if turn.done or turn.committed:
-                return
-            turn.done = True
             sess = turn.session
             if sess.closed or sess.generation != turn.generation or sess.version != turn.base:
                 log.debug("session.stale", session_id=sess.session_id, generation=turn.generation, outcome="failure")
