@@ -12,7 +12,7 @@ from ._session import UNSET, Session
 from ._sessions import DEFAULT_IDLE_TIMEOUT, Lineage, SessionClosedError, Sessions
 from ._sinks import SGLangSink
 from ._store import AsyncSessionStore, MemoryStore, Opened, SessionStore, StoreUnavailable, Tombstone
-from ._turn import Turn, build_report
+from ._turn import Turn, TurnState, TurnStateError, build_report
 
 __all__ = [
     "CLIENTS",
@@ -43,6 +43,8 @@ __all__ = [
     "StoreUnavailable",
     "Tombstone",
     "Turn",
+    "TurnState",
+    "TurnStateError",
     "annotate",
     "build_report",
     "checkpoints_of",

@@ -15,7 +15,6 @@ carry the state between processes (the Redis store).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,68 +26,29 @@ from ..analysis._repair import RepairPlan, Sent, ToolMemory, plan_repairs, repai
 from ..model._build import BlockCache, rebuild
 from ..model._canonical import CanonicalRequest, static_end, unmarked, with_markers
 from ..model._causes import MESSAGES_EDITED, REPAIRABLE_BREAKS, Cause
+from ..model._plan import WirePlan
 from ..model._rawjson import RawBody
 from ..model._types import Api
-from ..policies import KeepWarmDecision, KeyPlanner, TTLDecision
-from ..policies.volatility import move_volatile
+from ..policies import KeepWarmDecision, TTLDecision
+from ..policies.volatility import VolatileMemory, move_volatile
 from ..targets import PlanInput, Target, TargetPlan, target_named
+from ._scope import SCOPE_BYTES, ScopeMemory, tool_names
 from ._snapshot import restore, snapshot
 from ._state import Learned, PipelineState
 
-__all__ = ["Learned", "PipelineState", "Prepared", "ScopeMemory", "SessionPipeline", "sibling_depth", "with_headers"]
+__all__ = [
+    "SCOPE_BYTES",
+    "Learned",
+    "PipelineState",
+    "Prepared",
+    "ScopeMemory",
+    "SessionPipeline",
+    "sibling_depth",
+    "with_headers",
+]
 
 
-#: Bytes of one cache scope's own objects (the ScopeMemory, its planner, their dicts), and of one remembered tool
-#: set beyond its tools' canonical bytes (its entry, name set and ToolMemory); a remembered tool set holds
-#: :data:`TOOL_SET_BYTES_PER_BYTE` bytes per byte of its tools' canonical data (the JSON units and the blocks):
-#: measured with a ``sys.getsizeof`` walk (tests/test_memory_bounds.py measures them again), rounded up.
-SCOPE_BYTES = 2000
-TOOL_SET_BYTES = 1000
-TOOL_SET_BYTES_PER_BYTE = 6
-
-
-@dataclass(slots=True)
-class ScopeMemory:
-    """State shared by the sessions of one cache scope: the first tool memory seen for each tool-name set (so a
-    new session of the same agent adopts its order and bytes; the ``max_tool_sets`` most recent sets), and the
-    OpenAI key planner. ``tool_bytes``: the remembered tool sets' estimated bytes."""
-
-    tools: OrderedDict[frozenset[str], ToolMemory] = field(default_factory=OrderedDict)
-    max_tool_sets: int = 1024
-    keys: KeyPlanner = field(default_factory=KeyPlanner)
-    tool_bytes: int = 0
-
-    def record(self, prepared: Prepared, fresh: bool, lineage: str = "") -> None:
-        """Count ``prepared`` as sent by ``lineage``: its routing key's family, and its tools if it opened a
-        session."""
-        if prepared.plan.family is not None:
-            self.keys.record(prepared.plan.family, prepared.at, lineage)
-        names = _tool_names(prepared.planned)
-        if fresh and names and names not in self.tools:
-            self.tools[names] = prepared.state.tools
-            self.tool_bytes += _tool_set_bytes(prepared.state.tools)
-            while len(self.tools) > self.max_tool_sets:
-                self.forget_oldest()
-
-    def estimated_bytes(self) -> int:
-        """Estimated bytes this scope holds: its tool sets and its planner's families."""
-        return SCOPE_BYTES + self.tool_bytes + self.keys.estimated_bytes()
-
-    def forget_oldest(self) -> bool:
-        """Forget the least recently remembered tool set, else the planner's least recently used family (a memory
-        bound's eviction); False when nothing is left."""
-        if self.tools:
-            _, old = self.tools.popitem(last=False)
-            self.tool_bytes -= _tool_set_bytes(old)
-            return True
-        return self.keys.forget_oldest()
-
-
-def _tool_set_bytes(tools: ToolMemory) -> int:
-    return TOOL_SET_BYTES + TOOL_SET_BYTES_PER_BYTE * sum(len(b.data) + len(b.env) for b in tools.blocks.values())
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Prepared:
     """What :meth:`SessionPipeline.prepare` decided for one request.
 
@@ -130,11 +90,6 @@ def sibling_depth(req: CanonicalRequest, sibling: tuple[bytes, ...]) -> int | No
     return shared if static_end(req) < shared < len(req.blocks) else None
 
 
-def _tool_names(req: CanonicalRequest) -> frozenset[str]:
-    head = req.blocks[: req.msg_start[0]] if req.messages else req.blocks
-    return frozenset(b.name or "" for b in head if b.section == "tool")
-
-
 def learn(old: Learned, prev: CanonicalRequest, new: CanonicalRequest, div: Divergence) -> Learned:
     """The client habits after the repaired request ``new``, given how it relates to the last sent ``prev``."""
     if div.ephemeral:  # the client dropped trailing blocks of its last message and went on: they are ephemeral
@@ -149,6 +104,40 @@ def learn(old: Learned, prev: CanonicalRequest, new: CanonicalRequest, div: Dive
         stride = edits[-1] - edits[-2] if len(edits) > 1 else growth
         rewrite = before.message + stride if stride > 0 else None
     return Learned(tuple(edits[-32:]), tail, rewrite)
+
+
+@dataclass(slots=True)
+class _Pass:
+    """One :meth:`SessionPipeline.prepare` pass, filled in step by step: the inputs (``st``: the session's state,
+    ``last``: what it sent last), then each step's results (set by the step that computes them)."""
+
+    api: Api
+    body: dict[str, Any]
+    now: float | None
+    st: PipelineState
+    last: Sent | None
+    routing_key: str | None
+    sibling: tuple[bytes, ...] | None
+    spawns: tuple[float, ...]
+    client: CanonicalRequest = field(init=False)
+    div: Divergence | None = field(init=False)
+    work: CanonicalRequest = field(init=False)
+    work_body: dict[str, Any] = field(init=False)
+    volatile: VolatileMemory = field(init=False)
+    tools: ToolMemory = field(init=False)
+    repair: RepairPlan = field(init=False)
+    rep: CanonicalRequest = field(init=False)
+    learned: Learned = field(init=False)
+    key: str | None = field(init=False)
+    tplan: TargetPlan = field(init=False)
+    plan: WirePlan = field(init=False)
+    wire: dict[str, Any] = field(init=False)
+    planned: CanonicalRequest = field(init=False)
+
+    @property
+    def before(self) -> CanonicalRequest | None:
+        """What the session sent last, canonical (None for its first request)."""
+        return self.last.request if self.last is not None else None
 
 
 class SessionPipeline:
@@ -206,76 +195,81 @@ class SessionPipeline:
         messages, the planner may mark the end of their shared part: :func:`sibling_depth`); ``spawns``: the times
         of the lineage's earlier subagents' first requests (the TTL policy's gaps for a subagent's first request).
         Pure; raises InputError for a malformed body (the caller then sends the original request unchanged)."""
-        api = Api(api)
-        st = self.state
         self.cache.begin(raw)
-        client = canonicalize(api, body, cache=self.cache)
-        last = st.sent
-        div = diagnose(last.client, client) if last is not None and last.client is not None else None
-        work_body, work, volatile = body, client, st.volatile
-        if self.settings.move_volatile and api == Api.ANTHROPIC_MESSAGES:
-            moved, volatile = move_volatile(body, st.volatile)
-            if moved is not body:  # opt-in, and it changes the prompt: read the moved body too
-                work_body, work = moved, canonicalize(api, moved, cache=self.cache)
-        tools = st.tools
-        if last is None:
-            tools = self.scope.tools.get(_tool_names(work)) or tools
-        repair = plan_repairs(work, work_body, last, tools)
-        rep = repaired_request(work, repair, (last.request,) if last is not None else ())
-        learned = st.learned
-        if last is not None and div is not None and (div.cause is not None or div.ephemeral):
-            learned = learn(st.learned, last.request, rep, diagnose(last.request, rep))
-        key = st.routing_key or routing_key
-        inp = PlanInput(
-            api,
-            rep,
-            last.request if last is not None else None,
-            self.settings,
-            now,
-            st.times,
-            st.timed,
-            learned.ephemeral_tail,
-            learned.rewrite_at,
-            key,
-            self.lineage,
-            self.scope.keys,
-            bool(repair.plan.replace) or repair.plan.tool_order is not None,
-            st.response_id,
-            sibling_depth(client, sibling) if sibling is not None and last is None else None,
-            spawns if last is None else (),
-        )
-        tplan = self.target.plan(inp)
-        plan = repair.plan.merged(tplan.wire).merged(self.target.diagnostics(inp))
-        if plan.markers is not None:
-            marked = {m for i in rep.marked if (m := rep.blocks[i].message) is not None}
-            plan = replace(plan, marked=frozenset(marked) | _replaced(repair))
-        wire = apply(api, work_body, plan) if not plan.empty else work_body
-        planned = self._planned(api, rep, tplan)
-        state = PipelineState(
-            Sent(planned, wire, client, _forms(repair, rep, planned, tplan), _cache_key(last, planned)),
-            None if wire is body else body,
-            tools.after(planned, last.request if last is not None else None),
-            key or tplan.routing_key,
-            (*st.times[-31:], now) if now is not None else st.times,
-            st.timed and now is not None,
-            learned,
-            volatile,
-        )
+        p = _Pass(Api(api), body, now, self.state, self.state.sent, routing_key, sibling, spawns)
+        for step in (self._canonicalize, self._move_volatile, self._repair, self._plan, self._apply):
+            step(p)
         return Prepared(
-            wire,
-            client,
-            planned,
-            last.request if last is not None else None,
-            div,
-            repair.repaired,
-            tplan.paths,
-            tplan.reasons,
-            tplan.ttl,
-            now,
-            tplan,
-            state,
-            plan.headers,
-            isinstance(plan.diagnostics, str),
+            body=p.wire, client=p.client, planned=p.planned, before=p.before, divergence=p.div,
+            repairs=p.repair.repaired, markers=p.tplan.paths, marker_reasons=p.tplan.reasons, ttl=p.tplan.ttl,
+            at=now, plan=p.tplan, state=self._next_state(p), headers=p.plan.headers,
+            diagnosed=isinstance(p.plan.diagnostics, str),
+        )  # fmt: skip
+
+    # The steps of :meth:`prepare`, in order: each reads and fills one :class:`_Pass`.
+
+    def _canonicalize(self, p: _Pass) -> None:
+        """The client's request, canonical, and how it diverges from the client's previous one."""
+        p.client = p.work = canonicalize(p.api, p.body, cache=self.cache)
+        last = p.last
+        p.div = diagnose(last.client, p.client) if last is not None and last.client is not None else None
+
+    def _move_volatile(self, p: _Pass) -> None:
+        """Setting ``move_volatile`` (Anthropic): system lines seen changing move out of the cached prefix."""
+        p.work_body, p.volatile = p.body, p.st.volatile
+        if self.settings.move_volatile and p.api == Api.ANTHROPIC_MESSAGES:
+            moved, p.volatile = move_volatile(p.body, p.st.volatile)
+            if moved is not p.body:  # opt-in, and it changes the prompt: read the moved body too
+                p.work_body, p.work = moved, canonicalize(p.api, moved, cache=self.cache)
+
+    def _repair(self, p: _Pass) -> None:
+        """The repairs (a new session adopts its scope's tool memory), the repaired request, what was learned."""
+        last, st = p.last, p.st
+        p.tools = st.tools if last is not None else self.scope.tools.get(tool_names(p.work)) or st.tools
+        p.repair = plan_repairs(p.work, p.work_body, last, p.tools)
+        p.rep = repaired_request(p.work, p.repair, (last.request,) if last is not None else ())
+        p.learned = st.learned
+        if last is not None and p.div is not None and (p.div.cause is not None or p.div.ephemeral):
+            p.learned = learn(st.learned, last.request, p.rep, diagnose(last.request, p.rep))
+
+    def _plan(self, p: _Pass) -> None:
+        """The target's decisions, merged with the repairs' into one wire plan."""
+        st, first = p.st, p.last is None
+        p.key = st.routing_key or p.routing_key
+        inp = PlanInput(
+            api=p.api, request=p.rep, sent=p.before, settings=self.settings, now=p.now, times=st.times,
+            timed=st.timed, ephemeral_tail=p.learned.ephemeral_tail, rewrite_at=p.learned.rewrite_at,
+            routing_key=p.key, lineage=self.lineage, keys=self.scope.keys,
+            repaired=bool(p.repair.plan.replace) or p.repair.plan.tool_order is not None,
+            previous_response=st.response_id,
+            sibling_at=sibling_depth(p.client, p.sibling) if p.sibling is not None and first else None,
+            spawns=p.spawns if first else (),
+        )  # fmt: skip
+        p.tplan = self.target.plan(inp)
+        plan = p.repair.plan.merged(p.tplan.wire).merged(self.target.diagnostics(inp))
+        if plan.markers is not None:
+            marked = {m for i in p.rep.marked if (m := p.rep.blocks[i].message) is not None}
+            plan = replace(plan, marked=frozenset(marked) | _replaced(p.repair))
+        p.plan = plan
+
+    def _apply(self, p: _Pass) -> None:
+        """The wire body to send (the plan applied once) and what is sent, canonical."""
+        p.wire = apply(p.api, p.work_body, p.plan) if not p.plan.empty else p.work_body
+        p.planned = self._planned(p.api, p.rep, p.tplan)
+
+    def _next_state(self, p: _Pass) -> PipelineState:
+        """The session's state once the prepared request was sent."""
+        st, last, planned = p.st, p.last, p.planned
+        forms = _forms(p.repair, p.rep, planned, p.tplan)
+        return PipelineState(
+            sent=Sent(planned, p.wire, p.client, forms, _cache_key(last, planned)),
+            client_body=None if p.wire is p.body else p.body,
+            tools=p.tools.after(planned, p.before),
+            routing_key=p.key or p.tplan.routing_key,
+            times=(*st.times[-31:], p.now) if p.now is not None else st.times,
+            timed=st.timed and p.now is not None,
+            learned=p.learned,
+            volatile=p.volatile,
         )
 
     def _planned(self, api: Api, rep: CanonicalRequest, tplan: TargetPlan) -> CanonicalRequest:

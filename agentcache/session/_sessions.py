@@ -28,6 +28,7 @@ sink, outside the lock. Usage totals per session and per lineage are this proces
 from __future__ import annotations
 
 import uuid
+from collections.abc import Generator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,6 +39,7 @@ from ..model._rawjson import RawBody
 from ..model._types import Api
 from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
+from ._drive import StoreOp, arun, run
 from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Checkpoints, Identity, checkpoints_of, new_session_id
 from ._lifecycle import annotate
 from ._manager import DEFAULT_IDLE_TIMEOUT, SIBLING_BLOCKS, Lineage, Manager, SessionClosedError
@@ -62,6 +64,21 @@ class _Who:
     parent: str | None
     lineage: str | None = None
     loop: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Begin:
+    """The arguments of one :meth:`Sessions.begin` (see there)."""
+
+    api: Api
+    body: dict[str, Any]
+    identity: Identity
+    at: float | None
+    raw: RawBody | None
+    base_url: str | None
+    target: Target | None
+    reuse: Session | None
+    size: int | None
 
 
 class Sessions(Manager):
@@ -150,33 +167,13 @@ class Sessions(Manager):
         timestamps); ``raw``: source texts; ``base_url``: the destination (sinks' ``annotate``); ``target``: the
         door's resolution for a session that has none; ``reuse``: the caller's session object; ``size``: the
         body's bytes when known. Raises InputError for a malformed body, leaving no trace."""
-        api, identity = Api(api), identity or Identity()
+        req = _Begin(Api(api), body, identity or Identity(), at, raw, base_url, target, reuse, size)
         events: list[LifecycleEvent] = []
         with self._lock:
-            store = self._sync_store()
+            self._sync_store()  # raises ConfigError for an asynchronous store
             now = self.clock() if now is None else now
             self._sweep(now, events)
-            who = self._identify(identity, api, body, raw)
-            sid, parent = who.sid, who.parent
-            if sid is None:
-                found = self._call("find", store.find, identity.tenant, who.checkpoints)
-                live = who.lineage is not None and store.get(identity.tenant, who.lineage) is not None
-                sid, parent = self._found(who, found, live)
-            opened = self._call(
-                "open",
-                store.open,
-                identity.tenant,
-                sid,
-                parent=parent,
-                explicit=who.explicit,
-                now=now,
-                create=self._factory(self.provider, self.model, who.explicit),
-                reuse=reuse,
-            )
-            sess = self._opened(opened, now, events)
-            turn = self._prepare(
-                sess, api, body, now if at is UNSET else at, raw, base_url, target, who.checkpoints, size
-            )
+            turn = run(self._begin(req, now, events), self._call)
         self._emit(events)
         return turn
 
@@ -196,43 +193,33 @@ class Sessions(Manager):
     ) -> Turn:
         """:meth:`begin` for async code (required with an asynchronous store)."""
         if self.memory:
-            return self.begin(
-                api,
-                body,
-                identity=identity,
-                now=now,
-                at=at,
-                raw=raw,
-                base_url=base_url,
-                target=target,
-                reuse=reuse,
-                size=size,
-            )
-        api, identity = Api(api), identity or Identity()
-        now = self.clock() if now is None else now
-        who = self._identify(identity, api, body, raw)
-        sid, parent = who.sid, who.parent
-        if sid is None:
-            found = await self._acall("find", self.store.find, identity.tenant, who.checkpoints)
-            # A replica knows the lineage's main session when it holds a copy (else it opens it: fail soft).
-            live = who.lineage is not None and self.store.get(identity.tenant, who.lineage) is not None
-            sid, parent = self._found(who, found, live)
-        opened = await self._acall(
-            "open",
-            self.store.open,
-            identity.tenant,
-            sid,
-            parent=parent,
-            explicit=who.explicit,
-            now=now,
-            create=self._factory(self.provider, self.model, who.explicit),
-            reuse=reuse,
-        )
+            return self.begin(api, body, identity=identity, now=now, at=at, raw=raw, base_url=base_url,
+                              target=target, reuse=reuse, size=size)  # fmt: skip
+        req = _Begin(Api(api), body, identity or Identity(), at, raw, base_url, target, reuse, size)
         events: list[LifecycleEvent] = []
-        sess = self._opened(opened, now, events)
-        turn = self._prepare(sess, api, body, now if at is UNSET else at, raw, base_url, target, who.checkpoints, size)
+        turn = await arun(self._begin(req, self.clock() if now is None else now, events), self._acall)
         self._emit(events)
         return turn
+
+    def _begin(self, req: _Begin, now: float, events: list[LifecycleEvent]) -> Generator[StoreOp, Any, Turn]:
+        """The one implementation of :meth:`begin` and :meth:`abegin`: it yields each store operation, and the
+        caller (holding the lock, or awaiting an asynchronous store) sends back its answer; returns the turn.
+        ``events``: the lifecycle events to emit once done are appended to it."""
+        tenant = req.identity.tenant
+        who = self._identify(req.identity, req.api, req.body, req.raw)
+        sid, parent = who.sid, who.parent
+        if sid is None:
+            found = yield StoreOp("find", self.store.find, (tenant, who.checkpoints))
+            # A replica knows the lineage's main session when it holds a copy (else it opens it: fail soft).
+            live = who.lineage is not None and self.store.get(tenant, who.lineage) is not None
+            sid, parent = self._found(who, found, live)
+        create = self._factory(self.provider, self.model, who.explicit)
+        opened = yield StoreOp("open", self.store.open, (tenant, sid),
+                                {"parent": parent, "explicit": who.explicit, "now": now, "create": create,
+                                 "reuse": req.reuse})  # fmt: skip
+        sess = self._opened(opened, now, events)
+        at = now if req.at is UNSET else req.at
+        return self._prepare(sess, req.api, req.body, at, req.raw, req.base_url, req.target, who.checkpoints, req.size)
 
     def _resolve(self, api: Api, target: Target | None) -> Target:
         if self.settings.target != "auto":
@@ -299,8 +286,7 @@ class Sessions(Manager):
                     sess.body_bytes = before
             except Exception as exc:  # an agentcache bug must not break the caller's successful request
                 log.warning("session.commit_failed", session_id=turn.session.session_id, error=type(exc).__name__)
-                turn.committed = False
-                turn.done = True
+                turn.settle(False)
                 return False
             self._committed(turn, ok, now, events)
         self._emit(events)
@@ -326,7 +312,7 @@ class Sessions(Manager):
                 )
             )
         except StoreUnavailable:
-            turn.committed, turn.done = False, True
+            turn.settle(False)
             raise
         events: list[LifecycleEvent] = []
         with self._lock:
@@ -335,10 +321,9 @@ class Sessions(Manager):
         return ok
 
     def _committed(self, turn: Turn, ok: bool, now: float, events: list[LifecycleEvent]) -> None:
-        turn.committed = ok
+        turn.settle(ok)
         sess = turn.session
         if not ok:
-            turn.done = True
             log.debug("session.stale", session_id=sess.session_id, generation=turn.generation, outcome="commit")
             return
         sess.attempt = 0
@@ -349,10 +334,7 @@ class Sessions(Manager):
         self._bound_scopes()
 
     def finish_turn(self, turn: Turn, usage: CacheUsage | None, duration: float | None, cut: bool) -> TurnReport | None:
-        """See :meth:`Turn.finish`."""
-        if not turn.committed or turn.done:
-            return None
-        turn.done = True
+        """See :meth:`Turn.finish` (which checked the turn's state)."""
         report = build_report(turn, usage, duration)
         events: list[LifecycleEvent] = []
         with self._lock:
@@ -384,12 +366,9 @@ class Sessions(Manager):
         return report
 
     def fail_turn(self, turn: Turn, reason: str) -> None:
-        """See :meth:`Turn.fail`."""
+        """See :meth:`Turn.fail` (which checked the turn's state)."""
         events: list[LifecycleEvent] = []
         with self._lock:
-            if turn.done or turn.committed:
-                return
-            turn.done = True
             sess = turn.session
             if sess.closed or sess.generation != turn.generation or sess.version != turn.base:
                 log.debug("session.stale", session_id=sess.session_id, generation=turn.generation, outcome="failure")
