@@ -10,14 +10,18 @@ Request shape: ``anthropic.types.MessageCreateParams``.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentcache._exceptions import InputError
 from agentcache.model._build import BlockCache, Builder
 from agentcache.model._canonical import Block, CanonicalRequest, Marker, dumps
 from agentcache.model._plan import KEEP, MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
+from agentcache.model._usage_read import UsageForm, as_dict, read_field
 
+from ._base import ErrorStyle, Wire
 from ._wire import (
     apply_common,
     as_text_block,
@@ -28,6 +32,9 @@ from ._wire import (
     wanted_items,
     write_markers,
 )
+
+if TYPE_CHECKING:
+    from agentcache.model._usage_stream import UsageAccumulator
 
 API = "anthropic.messages"
 #: Options that invalidate message blocks but not tools/system.
@@ -124,3 +131,86 @@ def reshaped(block: Block, marker: Marker | None) -> Block:
     """The canonical block of string unit ``block`` after a marker turned it into a text block (see
     :func:`~agentcache.adapters._wire.as_text_block`)."""
     return as_text_block(block, API, marker)
+
+
+def merge_anthropic_usage(base: Mapping[str, Any] | None, delta: Any) -> dict[str, Any]:
+    """Anthropic stream usage: ``message_start``'s ``usage`` updated with the non-null fields of a
+    ``message_delta``'s cumulative ``usage`` (as the SDK's own accumulator does)."""
+    out = dict(base or {})
+    for k, v in (as_dict(delta) or {}).items():
+        if v is not None:
+            out[k] = v
+    return out
+
+
+#: Anthropic error ``type`` per status code (the Messages API errors page).
+ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+class AnthropicMessages(Wire):
+    """The Anthropic Messages API's facts (see :class:`~agentcache.adapters._base.Wire`): ``usage.input_tokens``
+    is the uncached remainder; a stream ends at ``message_stop`` (Messages "Streaming"); errors are
+    ``{"type": "error", "error": {"type", "message"}}``; the conversation is every message, ``system`` a field."""
+
+    api: ClassVar[str] = API
+    route: ClassVar[str] = "/v1/messages"
+    sdk: ClassVar[str] = "anthropic"
+    sdk_path: ClassVar[str] = "/v1/messages"
+    usage_form: ClassVar[UsageForm] = "anthropic"
+    terminal_events: ClassVar[frozenset[str]] = frozenset({"message_stop"})
+    error_style: ClassVar[ErrorStyle] = "anthropic"
+
+    def canonicalize(
+        self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+    ) -> CanonicalRequest:
+        """See :func:`canonicalize`."""
+        return canonicalize(body, counter, cache)
+
+    def apply(self, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+        """See :func:`apply`."""
+        return apply(body, plan)
+
+    def reshaped(self, block: Block, marker: Marker | None) -> Block:
+        """See :func:`reshaped`."""
+        return reshaped(block, marker)
+
+    def stream_event(self, acc: UsageAccumulator, kind: Any, event: Any) -> None:
+        """``message_start.message.usage``, updated by each ``message_delta.usage`` (cumulative; non-null fields
+        win: :func:`merge_anthropic_usage`), and the message's ``id`` and ``diagnostics``."""
+        if kind == "message_start":
+            message = read_field(event, "message")
+            acc.usage_fields = merge_anthropic_usage(None, read_field(message, "usage"))
+            acc.note(message, "diagnostics")
+        elif kind == "message_delta":
+            acc.usage_fields = merge_anthropic_usage(acc.usage_fields, read_field(event, "usage"))
+            acc.note(event, "diagnostics")
+
+    def error_body(self, status: int, message: str) -> bytes:
+        """``{"type": "error", "error": {"type": ..., "message": ...}}`` (:data:`ERROR_TYPES`)."""
+        kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+    def conversation(self, body: Mapping[str, Any]) -> list[Any]:
+        """Every message (the system prompt is the ``system`` field). Raises InputError without a list."""
+        items = body.get("messages")
+        if not isinstance(items, list):
+            raise InputError(f"{API} body needs a list of messages")
+        return items
+
+    def prefix_units(self, body: Mapping[str, Any]) -> list[Any]:
+        """``tools`` and ``system``."""
+        return [body.get("tools"), body.get("system")]
+
+
+WIRE = AnthropicMessages()

@@ -1,0 +1,136 @@
+"""The :class:`Wire`: everything agentcache knows about one wire API, in one object.
+
+One subclass per API (``anthropic_messages.AnthropicMessages``, ``openai_chat.OpenAIChat``,
+``openai_responses.OpenAIResponses``), one instance each (``WIRE`` in its module), reached by
+:func:`agentcache.adapters.wire_for`. Code outside ``adapters/`` asks the wire instead of comparing API names:
+
+=======================  =====================================================================================
+fact                     members
+=======================  =====================================================================================
+body ⇄ canonical model   :meth:`Wire.canonicalize`, :meth:`Wire.apply`, :meth:`Wire.reshaped`
+where requests arrive    :attr:`Wire.route` (the proxy's), :attr:`Wire.sdk` and :attr:`Wire.sdk_path`
+                         (the SDK client and its low-level ``post`` path)
+usage                    :attr:`Wire.usage_form` (the usage shape of a whole response),
+                         :meth:`Wire.read_usage`; streams: :attr:`Wire.terminal_events`,
+                         :meth:`Wire.stream_event`
+error bodies             :attr:`Wire.error_style`, :meth:`Wire.error_body`
+conversation items       :attr:`Wire.items_field`, :meth:`Wire.conversation`, :meth:`Wire.prefix_units`
+=======================  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from agentcache._exceptions import InputError
+from agentcache.model._build import BlockCache
+from agentcache.model._canonical import Block, CanonicalRequest, Marker
+from agentcache.model._plan import WirePlan
+from agentcache.model._tokens import TokenCounter
+from agentcache.model._usage_read import CacheUsage, UsageForm, as_dict, read_field, read_usage
+
+if TYPE_CHECKING:
+    from agentcache.model._usage_stream import UsageAccumulator
+
+#: An error document's format: Anthropic's ``{"type": "error", "error": {...}}`` or OpenAI's ``{"error": {...}}``.
+ErrorStyle = Literal["anthropic", "openai"]
+
+#: The roles whose messages are the system prompt, not the conversation (OpenAI Chat and Responses).
+SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+class Wire(ABC):
+    """One wire API's facts (see the module docstring). Subclasses set the class attributes and the three abstract body
+    functions; the defaults are OpenAI's (the format OpenAI-compatible servers speak)."""
+
+    #: The API's name (``agentcache.model.Api`` value).
+    api: ClassVar[str]
+    #: The proxy route requests of this API arrive on.
+    route: ClassVar[str]
+    #: The SDK (``anthropic`` / ``openai``) whose clients send it, and the path its low-level ``post`` uses.
+    sdk: ClassVar[str]
+    sdk_path: ClassVar[str]
+    #: The body field holding the conversation (``messages`` / ``input``).
+    items_field: ClassVar[str] = "messages"
+    #: How the usage of a whole response reads (:func:`agentcache.model._usage_read.read_usage`).
+    usage_form: ClassVar[UsageForm] = "chat"
+    #: The stream event ``type`` values after which nothing more is sent (Chat: the ``[DONE]`` sentinel).
+    terminal_events: ClassVar[frozenset[str]] = frozenset({"[DONE]"})
+    error_style: ClassVar[ErrorStyle] = "openai"
+    #: OpenAI error ``type`` and ``code`` per status code.
+    _ERROR_TYPES: ClassVar[Mapping[int, tuple[str, str | None]]] = {
+        400: ("invalid_request_error", None),
+        401: ("invalid_request_error", "invalid_api_key"),
+        403: ("invalid_request_error", None),
+        404: ("invalid_request_error", None),
+        413: ("invalid_request_error", "request_too_large"),
+        502: ("server_error", "bad_gateway"),
+        504: ("server_error", "timeout"),
+    }
+
+    def __init__(self) -> None:
+        #: The bytes a terminal event's SSE ``data:`` payload holds (JSON escaping keeps text from matching).
+        self.sse_end_markers: tuple[bytes, ...] = tuple(
+            b"[DONE]" if k == "[DONE]" else f'"{k}"'.encode() for k in sorted(self.terminal_events)
+        )
+
+    def __repr__(self) -> str:
+        return f"<Wire {self.api}>"
+
+    # body ⇄ canonical model: the subclass's module functions
+    @abstractmethod
+    def canonicalize(
+        self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+    ) -> CanonicalRequest:
+        """Canonical request of a wire ``body``. Raises InputError if malformed."""
+
+    @abstractmethod
+    def apply(self, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+        """A new wire body with ``plan`` applied (``body`` is not mutated)."""
+
+    @abstractmethod
+    def reshaped(self, block: Block, marker: Marker | None) -> Block:
+        """The canonical block of string unit ``block`` once a marker turned it into a text block."""
+
+    # usage
+    def read_usage(self, data: Any) -> CacheUsage | None:
+        """The usage of a whole response of this API (dict or SDK object; or its ``usage`` alone); None when
+        absent. Never raises on odd input."""
+        return read_usage(data, self.usage_form)
+
+    def stream_event(self, acc: UsageAccumulator, kind: Any, event: Any) -> None:
+        """Take what stream ``event`` (its ``type`` is ``kind``) says about usage into ``acc``. Chat: the last
+        chunk's ``usage``, llama.cpp's ``timings``, SGLang's ``meta_info`` (most chunks carry none of them)."""
+        if (usage := read_field(event, "usage")) is not None:
+            acc.usage_fields = as_dict(usage) or acc.usage_fields
+        if (timings := read_field(event, "timings")) is not None:
+            acc.timings = as_dict(timings) or acc.timings
+        if (meta := read_field(event, "meta_info")) is not None:
+            acc.meta_info = as_dict(meta) or acc.meta_info
+
+    # errors
+    def error_body(self, status: int, message: str) -> bytes:
+        """The JSON error document this API's clients expect for ``status`` (OpenAI's format:
+        ``{"error": {"message", "type", "param", "code"}}``)."""
+        kind, code = self._ERROR_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+        return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+
+    # conversation items (session identity)
+    def conversation(self, body: Mapping[str, Any]) -> list[Any]:
+        """The conversation items of ``body``: its ``items_field`` list without system/developer messages.
+        Raises InputError when the body has none."""
+        items = body.get(self.items_field)
+        if not isinstance(items, list):
+            raise InputError(f"{self.api} body needs a list of {self.items_field}")
+        return [m for m in items if not (isinstance(m, dict) and m.get("role") in SYSTEM_ROLES)]
+
+    def prefix_units(self, body: Mapping[str, Any]) -> list[Any]:
+        """What precedes the conversation in ``body``: tools, ``instructions``, the system/developer messages."""
+        units: list[Any] = [body.get("tools"), body.get("instructions")]
+        items = body.get(self.items_field)
+        if isinstance(items, list):
+            units += [m for m in items if isinstance(m, dict) and m.get("role") in SYSTEM_ROLES]
+        return units
