@@ -8,8 +8,9 @@ One subclass per API (``anthropic_messages.AnthropicMessages``, ``openai_chat.Op
 fact                     members
 =======================  =====================================================================================
 body ⇄ canonical model   :meth:`Wire.canonicalize`, :meth:`Wire.apply`, :meth:`Wire.reshaped`
-where requests arrive    :attr:`Wire.route` (the proxy's), :attr:`Wire.sdk` and :attr:`Wire.sdk_path`
-                         (the SDK client and its low-level ``post`` path)
+where requests arrive    :attr:`Wire.route` (the proxy's), :attr:`Wire.sdk`, :attr:`Wire.sdk_resource`,
+                         :attr:`Wire.sdk_methods` and :attr:`Wire.sdk_path` (the SDK client, the resource and
+                         methods that send it, its low-level ``post`` path)
 usage                    :attr:`Wire.usage_form` (the usage shape of a whole response),
                          :meth:`Wire.read_usage`; streams: :attr:`Wire.terminal_events`,
                          :meth:`Wire.stream_event`
@@ -53,6 +54,9 @@ class Wire(ABC):
     #: The SDK (``anthropic`` / ``openai``) whose clients send it, and the path its low-level ``post`` uses.
     sdk: ClassVar[str]
     sdk_path: ClassVar[str]
+    #: The SDK client's attributes down to the resource whose :attr:`sdk_methods` send it (``chat.completions``).
+    sdk_resource: ClassVar[tuple[str, ...]]
+    sdk_methods: ClassVar[tuple[str, ...]] = ("create",)
     #: The body field holding the conversation (``messages`` / ``input``).
     items_field: ClassVar[str] = "messages"
     #: How the usage of a whole response reads (:func:`agentcache.model._usage_read.read_usage`).

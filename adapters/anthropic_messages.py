@@ -167,6 +167,8 @@ class AnthropicMessages(Wire):
     route: ClassVar[str] = "/v1/messages"
     sdk: ClassVar[str] = "anthropic"
     sdk_path: ClassVar[str] = "/v1/messages"
+    sdk_resource: ClassVar[tuple[str, ...]] = ("messages",)
+    sdk_methods: ClassVar[tuple[str, ...]] = ("create", "stream")
     usage_form: ClassVar[UsageForm] = "anthropic"
     terminal_events: ClassVar[frozenset[str]] = frozenset({"message_stop"})
     error_style: ClassVar[ErrorStyle] = "anthropic"

@@ -130,6 +130,7 @@ class OpenAIChat(Wire):
     route: ClassVar[str] = "/v1/chat/completions"
     sdk: ClassVar[str] = "openai"
     sdk_path: ClassVar[str] = "/chat/completions"
+    sdk_resource: ClassVar[tuple[str, ...]] = ("chat", "completions")
 
     def canonicalize(
         self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None

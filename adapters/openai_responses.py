@@ -124,6 +124,7 @@ class OpenAIResponses(Wire):
     route: ClassVar[str] = "/v1/responses"
     sdk: ClassVar[str] = "openai"
     sdk_path: ClassVar[str] = "/responses"
+    sdk_resource: ClassVar[tuple[str, ...]] = ("responses",)
     items_field: ClassVar[str] = "input"
     usage_form: ClassVar[UsageForm] = "responses"
     terminal_events: ClassVar[frozenset[str]] = frozenset(
