@@ -14,8 +14,10 @@ where requests arrive    :attr:`Wire.route` (the proxy's), :attr:`Wire.sdk`, :at
 usage                    :attr:`Wire.usage_form` (the usage shape of a whole response),
                          :meth:`Wire.read_usage`; streams: :attr:`Wire.terminal_events`,
                          :meth:`Wire.stream_event`
+                         :meth:`Wire.usage_doc` (the ``usage`` object of given counts, for logs that keep counts)
 error bodies             :attr:`Wire.error_style`, :meth:`Wire.error_body`
-conversation items       :attr:`Wire.items_field`, :meth:`Wire.conversation`, :meth:`Wire.prefix_units`
+conversation items       :attr:`Wire.items_field`, :meth:`Wire.conversation`, :meth:`Wire.prefix_units`,
+                         :meth:`Wire.routing_key`
 =======================  =====================================================================================
 """
 
@@ -115,6 +117,19 @@ class Wire(ABC):
         if (meta := read_field(event, "meta_info")) is not None:
             acc.meta_info = as_dict(meta) or acc.meta_info
 
+    def usage_doc(self, prompt: int, read: int, write: int = 0, output: int | None = None) -> dict[str, Any]:
+        """The ``usage`` object this API returns for a call of ``prompt`` tokens in all, ``read`` of them read from
+        the cache and ``write`` written to it, ``output`` generated (Chat: ``prompt_tokens`` is the whole
+        prompt)."""
+        out: dict[str, Any] = {
+            "prompt_tokens": prompt,
+            "prompt_tokens_details": {"cached_tokens": read},
+            "cache_write_tokens": write,
+        }
+        if output is not None:
+            out["completion_tokens"] = output
+        return out
+
     # errors
     def error_body(self, status: int, message: str) -> bytes:
         """The JSON error document this API's clients expect for ``status`` (OpenAI's format:
@@ -123,6 +138,10 @@ class Wire(ABC):
         return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
 
     # conversation items (session identity)
+    def routing_key(self, body: Mapping[str, Any]) -> Any:
+        """The client's cache routing key in ``body`` (OpenAI's ``prompt_cache_key``), as sent; None without one."""
+        return body.get("prompt_cache_key")
+
     def conversation(self, body: Mapping[str, Any]) -> list[Any]:
         """The conversation items of ``body``: its ``items_field`` list without system/developer messages.
         Raises InputError when the body has none."""

@@ -198,6 +198,15 @@ class AnthropicMessages(Wire):
             acc.usage_fields = merge_anthropic_usage(acc.usage_fields, read_field(event, "usage"))
             acc.note(event, "diagnostics")
 
+    def usage_doc(self, prompt: int, read: int, write: int = 0, output: int | None = None) -> dict[str, Any]:
+        """``input_tokens`` is the uncached remainder, beside ``cache_read_input_tokens`` and
+        ``cache_creation_input_tokens``."""
+        out: dict[str, Any] = {"input_tokens": max(prompt - read - write, 0), "cache_read_input_tokens": read}
+        out["cache_creation_input_tokens"] = write
+        if output is not None:
+            out["output_tokens"] = output
+        return out
+
     def error_body(self, status: int, message: str) -> bytes:
         """``{"type": "error", "error": {"type": ..., "message": ...}}`` (:data:`ERROR_TYPES`)."""
         kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
@@ -209,6 +218,10 @@ class AnthropicMessages(Wire):
         if not isinstance(items, list):
             raise InputError(f"{API} body needs a list of messages")
         return items
+
+    def routing_key(self, body: Mapping[str, Any]) -> Any:
+        """None: the API has no routing key (a ``prompt_cache_key`` in the body is not the client's)."""
+        return None
 
     def prefix_units(self, body: Mapping[str, Any]) -> list[Any]:
         """``tools`` and ``system``."""

@@ -152,6 +152,16 @@ class OpenAIResponses(Wire):
         acc.usage_fields = as_dict(read_field(response, "usage")) or acc.usage_fields
         acc.note(response, "prompt_cache_diagnostics")
 
+    def usage_doc(self, prompt: int, read: int, write: int = 0, output: int | None = None) -> dict[str, Any]:
+        """``input_tokens`` is the whole prompt; the cache counts in ``input_tokens_details``."""
+        out: dict[str, Any] = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": read, "cache_write_tokens": write},
+        }
+        if output is not None:
+            out["output_tokens"] = output
+        return out
+
     def conversation(self, body: Mapping[str, Any]) -> list[Any]:
         """``input`` less its system/developer messages; a string ``input`` is one item."""
         items = body.get("input")
