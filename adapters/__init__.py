@@ -54,6 +54,11 @@ def wire_for(api: str) -> Wire:
         raise ConfigError(f"unknown api {api!r}; expected one of {sorted(_WIRES)}") from None
 
 
+def find_wire(api: str) -> Wire | None:
+    """The wire of ``api``, else None."""
+    return _WIRES.get(api)
+
+
 def usage_wire(api: str) -> Wire:
     """The wire whose responses' usage ``api``'s are read as: its own, else Chat's (the format
     OpenAI-compatible servers answer in, SGLang's ``/generate`` replayed as Chat included)."""
@@ -103,6 +108,7 @@ __all__ = [
     "apply",
     "canonicalize",
     "error_wire",
+    "find_wire",
     "reshaped",
     "usage_wire",
     "wire_for",

@@ -16,6 +16,7 @@ usage                    :attr:`Wire.usage_form` (the usage shape of a whole res
                          :meth:`Wire.stream_event`
                          :meth:`Wire.usage_doc` (the ``usage`` object of given counts, for logs that keep counts)
 error bodies             :attr:`Wire.error_style`, :meth:`Wire.error_body`
+conversion (replay)      :meth:`Wire.to_chat`, :meth:`Wire.from_chat`, :attr:`Wire.replay_target`
 conversation items       :attr:`Wire.items_field`, :meth:`Wire.conversation`, :meth:`Wire.prefix_units`,
                          :meth:`Wire.routing_key`
 =======================  =====================================================================================
@@ -129,6 +130,18 @@ class Wire(ABC):
         if output is not None:
             out["completion_tokens"] = output
         return out
+
+    # replay: conversion through Chat
+    #: Whether a body of another API can be converted to this one (:meth:`from_chat`).
+    replay_target: ClassVar[bool] = True
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` as an OpenAI Chat Completions body (:mod:`agentcache.adapters._convert`); Chat's is itself."""
+        return body
+
+    def from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+        """A Chat Completions body ``chat`` as a body of this API (a new dict); only where :attr:`replay_target`."""
+        return dict(chat)
 
     # errors
     def error_body(self, status: int, message: str) -> bytes:

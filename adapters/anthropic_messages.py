@@ -22,6 +22,7 @@ from agentcache.model._tokens import TokenCounter
 from agentcache.model._usage_read import UsageForm, as_dict, read_field
 
 from ._base import ErrorStyle, Wire
+from ._convert import anthropic_to_chat, chat_to_anthropic
 from ._wire import (
     apply_common,
     as_text_block,
@@ -186,6 +187,14 @@ class AnthropicMessages(Wire):
     def reshaped(self, block: Block, marker: Marker | None) -> Block:
         """See :func:`reshaped`."""
         return reshaped(block, marker)
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """See :func:`~agentcache.adapters._convert.anthropic_to_chat`."""
+        return anthropic_to_chat(body)
+
+    def from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+        """See :func:`~agentcache.adapters._convert.chat_to_anthropic`."""
+        return chat_to_anthropic(chat)
 
     def stream_event(self, acc: UsageAccumulator, kind: Any, event: Any) -> None:
         """``message_start.message.usage``, updated by each ``message_delta.usage`` (cumulative; non-null fields

@@ -20,6 +20,7 @@ from agentcache.model._tokens import TokenCounter
 from agentcache.model._usage_read import UsageForm, as_dict, read_field
 
 from ._base import SYSTEM_ROLES, Wire
+from ._convert import responses_to_chat
 from ._wire import (
     apply_common,
     as_text_block,
@@ -144,6 +145,17 @@ class OpenAIResponses(Wire):
     def reshaped(self, block: Block, marker: Marker | None) -> Block:
         """See :func:`reshaped`."""
         return reshaped(block, marker)
+
+    #: Replay sends Chat or Messages; nothing is converted to Responses.
+    replay_target: ClassVar[bool] = False
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """See :func:`~agentcache.adapters._convert.responses_to_chat`."""
+        return responses_to_chat(body)
+
+    def from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+        """Not supported (:attr:`replay_target` is false). Raises InputError."""
+        raise InputError(f"cannot convert openai.chat requests to {API}")
 
     def stream_event(self, acc: UsageAccumulator, kind: Any, event: Any) -> None:
         """``.response.usage`` of the event carrying it, and the response's ``id`` and
