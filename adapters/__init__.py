@@ -17,12 +17,15 @@ from agentcache.model._canonical import Block, CanonicalRequest, Marker
 from agentcache.model._plan import WirePlan
 from agentcache.model._tokens import TokenCounter
 
-from . import anthropic_messages, openai_chat, openai_responses
-from ._base import ErrorStyle, Wire
+from . import anthropic_messages, openai_chat, openai_responses, sglang_generate
+from ._base import Endpoint, ErrorStyle, Wire
 
 #: Every wire, in the order routes and tables list them.
 WIRES: tuple[Wire, ...] = (anthropic_messages.WIRE, openai_chat.WIRE, openai_responses.WIRE)
 _WIRES: dict[str, Wire] = {w.api: w for w in WIRES}
+#: What replay can send, in the order ``agentcache replay --api`` lists them.
+REPLAY_ENDPOINTS: tuple[Endpoint, ...] = (openai_chat.WIRE, anthropic_messages.WIRE, sglang_generate.ENDPOINT)
+_ENDPOINTS: dict[str, Endpoint] = {e.api: e for e in REPLAY_ENDPOINTS}
 _ROUTES: dict[str, Wire] = {w.route: w for w in WIRES}
 #: The wire whose error documents each error style is (Responses' are Chat's).
 _ERROR_WIRES: dict[str, Wire] = {w.error_style: w for w in reversed(WIRES)}
@@ -52,6 +55,15 @@ def wire_for(api: str) -> Wire:
         return _WIRES[api]
     except KeyError:
         raise ConfigError(f"unknown api {api!r}; expected one of {sorted(_WIRES)}") from None
+
+
+def endpoint_for(api: str) -> Endpoint:
+    """The :class:`~agentcache.adapters._base.Endpoint` replay sends ``api`` requests through (``openai.chat``,
+    ``anthropic.messages``, ``sglang.generate``). Raises ConfigError for another."""
+    try:
+        return _ENDPOINTS[api]
+    except KeyError:
+        raise ConfigError(f"cannot send {api!r} requests; expected one of {sorted(_ENDPOINTS)}") from None
 
 
 def find_wire(api: str) -> Wire | None:
@@ -100,13 +112,16 @@ def apply(api: str, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
 
 
 __all__ = [
+    "REPLAY_ENDPOINTS",
     "WIRES",
+    "Endpoint",
     "ErrorStyle",
     "Wire",
     "WirePlan",
     "adapter_for",
     "apply",
     "canonicalize",
+    "endpoint_for",
     "error_wire",
     "find_wire",
     "reshaped",

@@ -16,7 +16,10 @@ usage                    :attr:`Wire.usage_form` (the usage shape of a whole res
                          :meth:`Wire.stream_event`
                          :meth:`Wire.usage_doc` (the ``usage`` object of given counts, for logs that keep counts)
 error bodies             :attr:`Wire.error_style`, :meth:`Wire.error_body`
-conversion (replay)      :meth:`Wire.to_chat`, :meth:`Wire.from_chat`, :attr:`Wire.replay_target`
+replay                   :meth:`Wire.to_chat`, :meth:`Wire.from_chat`, :attr:`Wire.replay_target`; sending
+                         and reading back (:class:`Endpoint`, which SGLang's native ``/generate`` is too):
+                         :meth:`Endpoint.replay_body`, :meth:`Endpoint.replay_headers`,
+                         :meth:`Endpoint.stream_error`, :meth:`Endpoint.first_output`, :meth:`Endpoint.generated`
 conversation items       :attr:`Wire.items_field`, :meth:`Wire.conversation`, :meth:`Wire.prefix_units`,
                          :meth:`Wire.routing_key`
 =======================  =====================================================================================
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from agentcache._exceptions import InputError
@@ -46,14 +49,74 @@ ErrorStyle = Literal["anthropic", "openai"]
 SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
-class Wire(ABC):
-    """One wire API's facts (see the module docstring). Subclasses set the class attributes and the three abstract body
-    functions; the defaults are OpenAI's (the format OpenAI-compatible servers speak)."""
+class Endpoint:
+    """How a request of one wire format is sent and its stream read back (replay): the part of a :class:`Wire`
+    that SGLang's native ``/generate`` (token ids in, no canonical model) has too. The defaults are OpenAI Chat's
+    (the format OpenAI-compatible servers speak)."""
 
-    #: The API's name (``agentcache.model.Api`` value).
+    #: The format's name (``agentcache.model.Api`` value, or ``sglang.generate``).
     api: ClassVar[str]
-    #: The proxy route requests of this API arrive on.
+    #: The path requests of this format are sent to (and arrive on at the proxy).
     route: ClassVar[str]
+    #: The name ``agentcache replay --api`` gives it (None: not a replay target).
+    replay_name: ClassVar[str | None] = None
+    #: The API a replayed body is converted to and planned in before it is sent (:meth:`replay_body`).
+    plans_as: ClassVar[str] = "openai.chat"
+    #: Whether the request carries token ids (no chat template renders it).
+    sends_token_ids: ClassVar[bool] = False
+
+    def replay_headers(self, api_key: str | None) -> dict[str, str]:
+        """The headers a replayed request carries (Chat: ``authorization: Bearer <key>`` when a key is given)."""
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def replay_body(
+        self, body: dict[str, Any], max_tokens: int, *, want_ids: bool, token_ids: Callable[[dict[str, Any]], list[int]]
+    ) -> dict[str, Any]:
+        """The request replay sends for ``body`` (the replay's own copy, in :attr:`plans_as`; finished in place):
+        streamed, at most ``max_tokens`` generated. Chat: usage in the stream (``stream_options``) and, when
+        ``want_ids`` and the body has no tools, ``logprobs`` (the generated ids; llama.cpp gives none with tools and
+        streaming). ``token_ids``: the body's prompt as token ids (for a format that sends them)."""
+        body.pop("max_completion_tokens", None)
+        body["max_tokens"] = max_tokens
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        if want_ids and not body.get("tools"):
+            body["logprobs"] = True
+        return body
+
+    def stream_error(self, event: Mapping[str, Any]) -> bool:
+        """Whether stream ``event`` (a parsed ``data:`` payload) reports an error (Chat: an ``error`` field)."""
+        return event.get("type") == "error" or "error" in event
+
+    def first_output(self, event: Mapping[str, Any]) -> bool:
+        """Whether stream ``event`` carries generated output (Chat: a choice's delta with content, reasoning or
+        tool calls)."""
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
+                return True
+        return False
+
+    def generated(self, event: Mapping[str, Any]) -> tuple[str, list[int]]:
+        """``(text, token ids)`` stream ``event`` generated (Chat: the delta's content; llama.cpp's per-token
+        ``logprobs`` ids, with ``logprobs`` on)."""
+        ids: list[int] = []
+        text = ""
+        for choice in event.get("choices") or []:
+            for entry in (choice.get("logprobs") or {}).get("content") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("id"), int):
+                    ids.append(entry["id"])
+            content = (choice.get("delta") or {}).get("content")
+            if isinstance(content, str):
+                text += content
+        return text, ids
+
+
+class Wire(Endpoint, ABC):
+    """One wire API's facts (see the module docstring). Subclasses set the class attributes and the three abstract body
+    functions; the defaults are OpenAI Chat's."""
+
+    plans_as: ClassVar[str]  # its own api (set by __init_subclass__)
     #: The SDK (``anthropic`` / ``openai``) whose clients send it, and the path its low-level ``post`` uses.
     sdk: ClassVar[str]
     sdk_path: ClassVar[str]
@@ -77,6 +140,11 @@ class Wire(ABC):
         502: ("server_error", "bad_gateway"),
         504: ("server_error", "timeout"),
     }
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "api" in cls.__dict__:
+            cls.plans_as = cls.api  # a wire's bodies are planned as they are
 
     def __init__(self) -> None:
         #: The bytes a terminal event's SSE ``data:`` payload holds (JSON escaping keeps text from matching).

@@ -11,7 +11,7 @@ Request shape: ``anthropic.types.MessageCreateParams``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentcache._exceptions import InputError
@@ -166,6 +166,7 @@ class AnthropicMessages(Wire):
 
     api: ClassVar[str] = API
     route: ClassVar[str] = "/v1/messages"
+    replay_name: ClassVar[str | None] = "anthropic"
     sdk: ClassVar[str] = "anthropic"
     sdk_path: ClassVar[str] = "/v1/messages"
     sdk_resource: ClassVar[tuple[str, ...]] = ("messages",)
@@ -187,6 +188,41 @@ class AnthropicMessages(Wire):
     def reshaped(self, block: Block, marker: Marker | None) -> Block:
         """See :func:`reshaped`."""
         return reshaped(block, marker)
+
+    def replay_headers(self, api_key: str | None) -> dict[str, str]:
+        """``anthropic-version`` and, with a key, ``x-api-key``."""
+        headers = {"anthropic-version": "2023-06-01"}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def replay_body(
+        self, body: dict[str, Any], max_tokens: int, *, want_ids: bool, token_ids: Callable[[dict[str, Any]], list[int]]
+    ) -> dict[str, Any]:
+        """Streamed, ``max_tokens`` (usage is always in the stream; no token ids)."""
+        body.pop("max_completion_tokens", None)
+        body["max_tokens"] = max_tokens
+        body["stream"] = True
+        return body
+
+    def stream_error(self, event: Mapping[str, Any]) -> bool:
+        """An ``error`` event."""
+        return event.get("type") == "error"
+
+    def first_output(self, event: Mapping[str, Any]) -> bool:
+        """A ``content_block_delta``, or the start of a ``tool_use`` block."""
+        if event.get("type") == "content_block_delta":
+            return True
+        return (
+            event.get("type") == "content_block_start" and (event.get("content_block") or {}).get("type") == "tool_use"
+        )
+
+    def generated(self, event: Mapping[str, Any]) -> tuple[str, list[int]]:
+        """A ``content_block_delta``'s text (or tool input JSON); no ids."""
+        delta = event.get("delta") if event.get("type") == "content_block_delta" else None
+        if isinstance(delta, dict):
+            return str(delta.get("text") or delta.get("partial_json") or ""), []
+        return "", []
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         """See :func:`~agentcache.adapters._convert.anthropic_to_chat`."""

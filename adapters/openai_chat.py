@@ -128,6 +128,7 @@ class OpenAIChat(Wire):
 
     api: ClassVar[str] = API
     route: ClassVar[str] = "/v1/chat/completions"
+    replay_name: ClassVar[str | None] = "openai"
     sdk: ClassVar[str] = "openai"
     sdk_path: ClassVar[str] = "/chat/completions"
     sdk_resource: ClassVar[tuple[str, ...]] = ("chat", "completions")

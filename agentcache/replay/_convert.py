@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._exceptions import InputError
-from ..adapters import find_wire
+from ..adapters import REPLAY_ENDPOINTS, find_wire
 from ..adapters._convert import anthropic_to_chat, chat_to_anthropic, responses_to_chat, text_of
 
 __all__ = [
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 #: ``--api`` value → the wire format sent.
-TARGET_APIS: dict[str, str] = {"openai": "openai.chat", "anthropic": "anthropic.messages", "sglang": "sglang.generate"}
+TARGET_APIS: dict[str, str] = {e.replay_name: e.api for e in REPLAY_ENDPOINTS if e.replay_name is not None}
 
 
 def convert(api: str, body: dict[str, Any], target: str) -> dict[str, Any]:
