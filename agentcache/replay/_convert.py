@@ -28,6 +28,15 @@ __all__ = [
 TARGET_APIS: dict[str, str] = {e.replay_name: e.api for e in REPLAY_ENDPOINTS if e.replay_name is not None}
 
 
+def _to_chat(api: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` (wire format ``api``) as a Chat body (``body`` itself for Chat). Raises InputError for an api
+    without a wire."""
+    source = find_wire(api)
+    if source is None:
+        raise InputError(f"cannot replay {api} requests")
+    return source.to_chat(body)
+
+
 def convert(api: str, body: dict[str, Any], target: str) -> dict[str, Any]:
     """``body`` (wire format ``api``) in wire format ``target`` (``openai.chat`` or ``anthropic.messages``), through
     Chat: ``api``'s wire's :meth:`~agentcache.adapters.Wire.to_chat`, then ``target``'s
@@ -37,10 +46,7 @@ def convert(api: str, body: dict[str, Any], target: str) -> dict[str, Any]:
     """
     if api == target:
         return dict(body)
-    source = find_wire(api)
-    if source is None:
-        raise InputError(f"cannot replay {api} requests")
-    chat = source.to_chat(body)
+    chat = _to_chat(api, body)
     sink = find_wire(target)
     if sink is None or not sink.replay_target:
         raise InputError(f"cannot convert {api} requests to {target}")
@@ -74,7 +80,7 @@ def to_token_ids(api: str, body: dict[str, Any], vocab_size: int, encode: Any = 
 
         encoder = default_counter()._load()
         encode = encoder.encode_ordinary if encoder is not None else (lambda s: list(s.encode()))
-    chat = convert(api, body, "openai.chat")
+    chat = _to_chat(api, body)
     ids: list[int] = []
     for segment in _segments(chat):
         ids.extend(t % vocab_size for t in encode(segment))
