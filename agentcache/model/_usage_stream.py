@@ -26,7 +26,8 @@ class UsageAccumulator:
     (:meth:`add_event`) or as one whole, non-streamed body (:meth:`add_body`).
 
     Events are dicts or SDK event objects, read with :func:`read_field` (so fields the SDK does not
-    declare, like llama.cpp's ``timings``, are seen). What counts:
+    declare, like llama.cpp's ``timings``, are seen) by the api's wire
+    (:meth:`~agentcache.adapters.Wire.stream_event`). What counts:
 
     * Anthropic (Messages "Streaming", SDK ``RawMessageStartEvent`` / ``RawMessageDeltaEvent``):
       ``message_start.message.usage``, updated by each ``message_delta.usage`` (cumulative; non-null
