@@ -10,14 +10,19 @@ Request shape: ``anthropic.types.MessageCreateParams``.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentcache._exceptions import InputError
 from agentcache.model._build import BlockCache, Builder
 from agentcache.model._canonical import Block, CanonicalRequest, Marker, dumps
 from agentcache.model._plan import KEEP, MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
+from agentcache.model._usage_read import UsageForm, as_dict, read_field
 
+from ._base import ErrorStyle, Wire
+from ._convert import anthropic_to_chat, chat_to_anthropic
 from ._wire import (
     apply_common,
     as_text_block,
@@ -28,6 +33,9 @@ from ._wire import (
     wanted_items,
     write_markers,
 )
+
+if TYPE_CHECKING:
+    from agentcache.model._usage_stream import UsageAccumulator
 
 API = "anthropic.messages"
 #: Options that invalidate message blocks but not tools/system.
@@ -124,3 +132,145 @@ def reshaped(block: Block, marker: Marker | None) -> Block:
     """The canonical block of string unit ``block`` after a marker turned it into a text block (see
     :func:`~agentcache.adapters._wire.as_text_block`)."""
     return as_text_block(block, API, marker)
+
+
+def merge_anthropic_usage(base: Mapping[str, Any] | None, delta: Any) -> dict[str, Any]:
+    """Anthropic stream usage: ``message_start``'s ``usage`` updated with the non-null fields of a
+    ``message_delta``'s cumulative ``usage`` (as the SDK's own accumulator does)."""
+    out = dict(base or {})
+    for k, v in (as_dict(delta) or {}).items():
+        if v is not None:
+            out[k] = v
+    return out
+
+
+#: Anthropic error ``type`` per status code (the Messages API errors page).
+ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+class AnthropicMessages(Wire):
+    """The Anthropic Messages API's facts (see :class:`~agentcache.adapters._base.Wire`): ``usage.input_tokens``
+    is the uncached remainder; a stream ends at ``message_stop`` (Messages "Streaming"); errors are
+    ``{"type": "error", "error": {"type", "message"}}``; the conversation is every message, ``system`` a field."""
+
+    api: ClassVar[str] = API
+    route: ClassVar[str] = "/v1/messages"
+    replay_name: ClassVar[str | None] = "anthropic"
+    sdk: ClassVar[str] = "anthropic"
+    sdk_path: ClassVar[str] = "/v1/messages"
+    sdk_resource: ClassVar[tuple[str, ...]] = ("messages",)
+    sdk_methods: ClassVar[tuple[str, ...]] = ("create", "stream")
+    usage_form: ClassVar[UsageForm] = "anthropic"
+    terminal_events: ClassVar[frozenset[str]] = frozenset({"message_stop"})
+    error_style: ClassVar[ErrorStyle] = "anthropic"
+
+    def canonicalize(
+        self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+    ) -> CanonicalRequest:
+        """See :func:`canonicalize`."""
+        return canonicalize(body, counter, cache)
+
+    def apply(self, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+        """See :func:`apply`."""
+        return apply(body, plan)
+
+    def reshaped(self, block: Block, marker: Marker | None) -> Block:
+        """See :func:`reshaped`."""
+        return reshaped(block, marker)
+
+    def replay_headers(self, api_key: str | None) -> dict[str, str]:
+        """``anthropic-version`` and, with a key, ``x-api-key``."""
+        headers = {"anthropic-version": "2023-06-01"}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
+
+    def replay_body(
+        self, body: dict[str, Any], max_tokens: int, *, want_ids: bool, token_ids: Callable[[dict[str, Any]], list[int]]
+    ) -> dict[str, Any]:
+        """Streamed, ``max_tokens`` (usage is always in the stream; no token ids)."""
+        body.pop("max_completion_tokens", None)
+        body["max_tokens"] = max_tokens
+        body["stream"] = True
+        return body
+
+    def stream_error(self, event: Mapping[str, Any]) -> bool:
+        """An ``error`` event."""
+        return event.get("type") == "error"
+
+    def first_output(self, event: Mapping[str, Any]) -> bool:
+        """A ``content_block_delta``, or the start of a ``tool_use`` block."""
+        if event.get("type") == "content_block_delta":
+            return True
+        return (
+            event.get("type") == "content_block_start" and (event.get("content_block") or {}).get("type") == "tool_use"
+        )
+
+    def generated(self, event: Mapping[str, Any]) -> tuple[str, list[int]]:
+        """A ``content_block_delta``'s text (or tool input JSON); no ids."""
+        delta = event.get("delta") if event.get("type") == "content_block_delta" else None
+        if isinstance(delta, dict):
+            return str(delta.get("text") or delta.get("partial_json") or ""), []
+        return "", []
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """See :func:`~agentcache.adapters._convert.anthropic_to_chat`."""
+        return anthropic_to_chat(body)
+
+    def from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+        """See :func:`~agentcache.adapters._convert.chat_to_anthropic`."""
+        return chat_to_anthropic(chat)
+
+    def stream_event(self, acc: UsageAccumulator, kind: Any, event: Any) -> None:
+        """``message_start.message.usage``, updated by each ``message_delta.usage`` (cumulative; non-null fields
+        win: :func:`merge_anthropic_usage`), and the message's ``id`` and ``diagnostics``."""
+        if kind == "message_start":
+            message = read_field(event, "message")
+            acc.usage_fields = merge_anthropic_usage(None, read_field(message, "usage"))
+            acc.note(message, "diagnostics")
+        elif kind == "message_delta":
+            acc.usage_fields = merge_anthropic_usage(acc.usage_fields, read_field(event, "usage"))
+            acc.note(event, "diagnostics")
+
+    def usage_doc(self, prompt: int, read: int, write: int = 0, output: int | None = None) -> dict[str, Any]:
+        """``input_tokens`` is the uncached remainder, beside ``cache_read_input_tokens`` and
+        ``cache_creation_input_tokens``."""
+        out: dict[str, Any] = {"input_tokens": max(prompt - read - write, 0), "cache_read_input_tokens": read}
+        out["cache_creation_input_tokens"] = write
+        if output is not None:
+            out["output_tokens"] = output
+        return out
+
+    def error_body(self, status: int, message: str) -> bytes:
+        """``{"type": "error", "error": {"type": ..., "message": ...}}`` (:data:`ERROR_TYPES`)."""
+        kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+    def conversation(self, body: Mapping[str, Any]) -> list[Any]:
+        """Every message (the system prompt is the ``system`` field). Raises InputError without a list."""
+        items = body.get("messages")
+        if not isinstance(items, list):
+            raise InputError(f"{API} body needs a list of messages")
+        return items
+
+    def routing_key(self, body: Mapping[str, Any]) -> Any:
+        """None: the API has no routing key (a ``prompt_cache_key`` in the body is not the client's)."""
+        return None
+
+    def prefix_units(self, body: Mapping[str, Any]) -> list[Any]:
+        """``tools`` and ``system``."""
+        return [body.get("tools"), body.get("system")]
+
+
+WIRE = AnthropicMessages()

@@ -8,7 +8,7 @@ Request shape: ``openai.types.chat.CompletionCreateParams``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from agentcache._exceptions import InputError
 from agentcache.model._build import BlockCache, Builder
@@ -17,6 +17,7 @@ from agentcache.model._causes import Section
 from agentcache.model._plan import MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
 
+from ._base import SYSTEM_ROLES, Wire
 from ._wire import (
     apply_common,
     as_text_block,
@@ -31,7 +32,6 @@ from ._wire import (
 API = "openai.chat"
 #: Options rendered with the tool definitions, ahead of the messages.
 TOOL_LEVEL_OPTIONS = ("tool_choice", "parallel_tool_calls", "response_format")
-SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 def retention_of(body: dict[str, Any]) -> str | None:
@@ -119,3 +119,33 @@ def reshaped(block: Block, marker: Marker | None) -> Block:
     """The canonical block of string unit ``block`` after a marker turned it into a text block (see
     :func:`~agentcache.adapters._wire.as_text_block`)."""
     return as_text_block(block, API, marker)
+
+
+class OpenAIChat(Wire):
+    """The OpenAI Chat Completions API's facts (see :class:`~agentcache.adapters._base.Wire`, whose defaults are
+    this API's: ``usage.prompt_tokens``, the ``[DONE]`` sentinel, OpenAI's error documents, ``messages`` less the
+    system/developer ones as the conversation)."""
+
+    api: ClassVar[str] = API
+    route: ClassVar[str] = "/v1/chat/completions"
+    replay_name: ClassVar[str | None] = "openai"
+    sdk: ClassVar[str] = "openai"
+    sdk_path: ClassVar[str] = "/chat/completions"
+    sdk_resource: ClassVar[tuple[str, ...]] = ("chat", "completions")
+
+    def canonicalize(
+        self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+    ) -> CanonicalRequest:
+        """See :func:`canonicalize`."""
+        return canonicalize(body, counter, cache)
+
+    def apply(self, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+        """See :func:`apply`."""
+        return apply(body, plan)
+
+    def reshaped(self, block: Block, marker: Marker | None) -> Block:
+        """See :func:`reshaped`."""
+        return reshaped(block, marker)
+
+
+WIRE = OpenAIChat()

@@ -8,7 +8,8 @@ one unit unless it is a message with a list ``content``. Request shape:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentcache._exceptions import InputError
 from agentcache.model._build import BlockCache, Builder
@@ -16,7 +17,10 @@ from agentcache.model._canonical import Block, CanonicalRequest, Marker, dumps
 from agentcache.model._causes import Section
 from agentcache.model._plan import MarkerSpec, WirePlan
 from agentcache.model._tokens import TokenCounter
+from agentcache.model._usage_read import UsageForm, as_dict, read_field
 
+from ._base import SYSTEM_ROLES, Wire
+from ._convert import responses_to_chat
 from ._wire import (
     apply_common,
     as_text_block,
@@ -27,7 +31,10 @@ from ._wire import (
     wanted_items,
     write_markers,
 )
-from .openai_chat import SYSTEM_ROLES, breakpoint_value, cache_mode_of, retention_of
+from .openai_chat import breakpoint_value, cache_mode_of, retention_of
+
+if TYPE_CHECKING:
+    from agentcache.model._usage_stream import UsageAccumulator
 
 API = "openai.responses"
 TOOL_LEVEL_OPTIONS = ("tool_choice", "parallel_tool_calls", "text")
@@ -107,3 +114,70 @@ def reshaped(block: Block, marker: Marker | None) -> Block:
     """The canonical block of string unit ``block`` after a marker turned it into a text block (see
     :func:`~agentcache.adapters._wire.as_text_block`)."""
     return as_text_block(block, API, marker)
+
+
+class OpenAIResponses(Wire):
+    """The OpenAI Responses API's facts (see :class:`~agentcache.adapters._base.Wire`): ``usage.input_tokens`` is
+    the whole prompt; a stream ends at ``response.completed`` / ``incomplete`` / ``failed`` ("Streaming events");
+    the conversation is ``input`` (a string is one user message) less the system/developer messages."""
+
+    api: ClassVar[str] = API
+    route: ClassVar[str] = "/v1/responses"
+    sdk: ClassVar[str] = "openai"
+    sdk_path: ClassVar[str] = "/responses"
+    sdk_resource: ClassVar[tuple[str, ...]] = ("responses",)
+    items_field: ClassVar[str] = "input"
+    usage_form: ClassVar[UsageForm] = "responses"
+    terminal_events: ClassVar[frozenset[str]] = frozenset(
+        {"response.completed", "response.incomplete", "response.failed"}
+    )
+
+    def canonicalize(
+        self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
+    ) -> CanonicalRequest:
+        """See :func:`canonicalize`."""
+        return canonicalize(body, counter, cache)
+
+    def apply(self, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
+        """See :func:`apply`."""
+        return apply(body, plan)
+
+    def reshaped(self, block: Block, marker: Marker | None) -> Block:
+        """See :func:`reshaped`."""
+        return reshaped(block, marker)
+
+    #: Replay sends Chat or Messages; nothing is converted to Responses.
+    replay_target: ClassVar[bool] = False
+
+    def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """See :func:`~agentcache.adapters._convert.responses_to_chat`."""
+        return responses_to_chat(body)
+
+    def from_chat(self, chat: dict[str, Any]) -> dict[str, Any]:
+        """Not supported (:attr:`replay_target` is false). Raises InputError."""
+        raise InputError(f"cannot convert openai.chat requests to {API}")
+
+    def stream_event(self, acc: UsageAccumulator, kind: Any, event: Any) -> None:
+        """``.response.usage`` of the event carrying it, and the response's ``id`` and
+        ``prompt_cache_diagnostics``."""
+        response = read_field(event, "response")
+        acc.usage_fields = as_dict(read_field(response, "usage")) or acc.usage_fields
+        acc.note(response, "prompt_cache_diagnostics")
+
+    def usage_doc(self, prompt: int, read: int, write: int = 0, output: int | None = None) -> dict[str, Any]:
+        """``input_tokens`` is the whole prompt; the cache counts in ``input_tokens_details``."""
+        out: dict[str, Any] = {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": read, "cache_write_tokens": write},
+        }
+        if output is not None:
+            out["output_tokens"] = output
+        return out
+
+    def conversation(self, body: Mapping[str, Any]) -> list[Any]:
+        """``input`` less its system/developer messages; a string ``input`` is one item."""
+        items = body.get("input")
+        return [items] if isinstance(items, str) else super().conversation(body)
+
+
+WIRE = OpenAIResponses()

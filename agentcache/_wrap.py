@@ -54,6 +54,7 @@ from ._log import get_logger
 from ._wrap_kwargs import Passthrough, sdk_of, send_kwargs, split_kwargs, wants_raw, wire_value
 from ._wrap_raw import tap_raw_response
 from ._wrap_stream import StreamManagerProxy, is_async_callable, tap_stream
+from .adapters import WIRES, Wire
 from .model._usage import normalize_usage
 from .session import Session, Sessions, Turn
 from .session._coalesce import Ticket
@@ -68,10 +69,22 @@ log = get_logger("agentcache.wrap")
 #: The SDK views whose methods return the raw HTTP response (``XWithRawResponse(resource)`` in both SDKs).
 _RAW_VIEWS = frozenset({"with_raw_response", "with_streaming_response"})
 #: The low-level ``post`` paths that are an intercepted API, per SDK (litellm posts to them directly).
-_POST_APIS = {
-    "anthropic": {"/v1/messages": "anthropic.messages"},
-    "openai": {"/chat/completions": "openai.chat", "/responses": "openai.responses"},
-}
+_POST_APIS: dict[str, dict[str, str]] = {}
+#: The SDK resources that are an intercepted API, per ``(SDK, attribute)``: the methods intercepted there (name →
+#: wire API) and the sub-resources holding them (``chat.completions``), as :class:`_Resource` takes them.
+_RESOURCES: dict[tuple[str, str], tuple[dict[str, str], dict[str, dict[str, str]]]] = {}
+
+
+def _learn_sdk(wire: Wire) -> None:
+    """Enter ``wire``'s SDK resource, methods and ``post`` path in :data:`_POST_APIS` and :data:`_RESOURCES`."""
+    _POST_APIS.setdefault(wire.sdk, {})[wire.sdk_path] = wire.api
+    top, *sub = wire.sdk_resource
+    methods = dict.fromkeys(wire.sdk_methods, wire.api)
+    _RESOURCES[wire.sdk, top] = ({}, {sub[0]: methods}) if sub else (methods, {})
+
+
+for _wire in WIRES:
+    _learn_sdk(_wire)
 
 
 def _prepare_failed(api: str, exc: Exception) -> None:
@@ -142,12 +155,9 @@ class WrappedClient:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._ac_client, name)
-        if self._ac_sdk == "anthropic" and name == "messages":
-            return _Resource(attr, self, {"create": "anthropic.messages", "stream": "anthropic.messages"})
-        if self._ac_sdk == "openai" and name == "chat":
-            return _Resource(attr, self, {}, {"completions": {"create": "openai.chat"}})
-        if self._ac_sdk == "openai" and name == "responses":
-            return _Resource(attr, self, {"create": "openai.responses"})
+        resource = _RESOURCES.get((self._ac_sdk, name))
+        if resource is not None:
+            return _Resource(attr, self, *resource)
         if name in ("with_options", "copy"):
             return lambda *a, **kw: WrappedClient(attr(*a, **kw), self._ac_session, self._ac_sdk, self._ac_provider)
         if name in _RAW_VIEWS:

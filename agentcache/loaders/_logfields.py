@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from agentcache.adapters import usage_wire
 from agentcache.model._usage import CacheUsage, normalize_usage
 
 __all__ = ["get_dict", "get_str", "lineage", "tokens", "unix_seconds", "usage_of", "wire_usage"]
@@ -46,23 +47,9 @@ def tokens(value: Any) -> int:
 def wire_usage(api: str, prompt: int, read: int, write: int = 0, output: int | None = None) -> dict[str, Any]:
     """The usage object ``api`` would have returned for a call of ``prompt`` tokens in all, ``read`` of them read
     from the cache and ``write`` written to it (field names from :mod:`agentcache.model._usage`): Anthropic's
-    ``input_tokens`` is the uncached remainder, OpenAI's the whole prompt."""
-    out: dict[str, Any]
-    if api == "anthropic.messages":
-        out = {"input_tokens": max(prompt - read - write, 0), "cache_read_input_tokens": read}
-        out["cache_creation_input_tokens"] = write
-        if output is not None:
-            out["output_tokens"] = output
-        return out
-    if api == "openai.responses":
-        out = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": read, "cache_write_tokens": write}}
-        if output is not None:
-            out["output_tokens"] = output
-        return out
-    out = {"prompt_tokens": prompt, "prompt_tokens_details": {"cached_tokens": read}, "cache_write_tokens": write}
-    if output is not None:
-        out["completion_tokens"] = output
-    return out
+    ``input_tokens`` is the uncached remainder, OpenAI's the whole prompt: the wire's
+    :meth:`~agentcache.adapters.Wire.usage_doc`; another api writes Chat's)."""
+    return usage_wire(api).usage_doc(prompt, read, write, output)
 
 
 def usage_of(api: str, prompt: int, read: int, write: int = 0, output: int | None = None) -> CacheUsage:

@@ -7,36 +7,17 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any, ClassVar
 
-from ._usage import CacheUsage, as_dict, normalize_usage, read_field
+from ..adapters import WIRES, usage_wire
+from ..adapters.anthropic_messages import merge_anthropic_usage
+from ._usage_read import CacheUsage, as_dict, read_field
 
 __all__ = ["TERMINAL_EVENTS", "UsageAccumulator", "merge_anthropic_usage"]
 
-
-def merge_anthropic_usage(base: Mapping[str, Any] | None, delta: Any) -> dict[str, Any]:
-    """Anthropic stream usage: ``message_start``'s ``usage`` updated with the non-null fields of a
-    ``message_delta``'s cumulative ``usage`` (as the SDK's own accumulator does)."""
-    out = dict(base or {})
-    for k, v in (as_dict(delta) or {}).items():
-        if v is not None:
-            out[k] = v
-    return out
-
-
-#: The terminal event of a stream, per wire api: the ``type`` after which nothing more is sent (Anthropic
-#: Messages "Streaming": ``message_stop``; OpenAI Responses "Streaming events": ``response.completed`` /
-#: ``incomplete`` / ``failed``), or OpenAI Chat's ``data: [DONE]`` sentinel (also any other api's).
-TERMINAL_EVENTS: Mapping[str, frozenset[str]] = {
-    "anthropic.messages": frozenset({"message_stop"}),
-    "openai.chat": frozenset({"[DONE]"}),
-    "openai.responses": frozenset({"response.completed", "response.incomplete", "response.failed"}),
-}
-_DONE = TERMINAL_EVENTS["openai.chat"]
+#: The terminal event of a stream, per wire api: the ``type`` after which nothing more is sent (each wire's
+#: :attr:`~agentcache.adapters._base.Wire.terminal_events`).
+TERMINAL_EVENTS: Mapping[str, frozenset[str]] = {w.api: w.terminal_events for w in WIRES}
 #: The fields of a whole response body that :meth:`UsageAccumulator.wire` keeps.
 _WIRE_KEYS = ("id", "usage", "diagnostics", "prompt_cache_diagnostics", "timings", "meta_info")
-#: Per api, the bytes the SSE ``data:`` payload of a terminal event holds (JSON escaping keeps text from matching).
-_SSE_END = {
-    a: tuple(b"[DONE]" if k == "[DONE]" else f'"{k}"'.encode() for k in sorted(t)) for a, t in TERMINAL_EVENTS.items()
-}
 
 
 class UsageAccumulator:
@@ -45,7 +26,8 @@ class UsageAccumulator:
     (:meth:`add_event`) or as one whole, non-streamed body (:meth:`add_body`).
 
     Events are dicts or SDK event objects, read with :func:`read_field` (so fields the SDK does not
-    declare, like llama.cpp's ``timings``, are seen). What counts:
+    declare, like llama.cpp's ``timings``, are seen) by the api's wire
+    (:meth:`~agentcache.adapters.Wire.stream_event`). What counts:
 
     * Anthropic (Messages "Streaming", SDK ``RawMessageStartEvent`` / ``RawMessageDeltaEvent``):
       ``message_start.message.usage``, updated by each ``message_delta.usage`` (cumulative; non-null
@@ -68,26 +50,31 @@ class UsageAccumulator:
         "_diag",
         "_has_body",
         "_id",
-        "_meta",
         "_terminal",
-        "_timings",
-        "_usage",
+        "_wire",
         "api",
         "ended",
+        "meta_info",
         "sse_end_markers",
+        "timings",
+        "usage_fields",
     )
 
     def __init__(self, api: str) -> None:
         self.api = api
         #: The terminal event went past.
         self.ended = False
-        self._terminal = TERMINAL_EVENTS.get(api, _DONE)
+        self._wire = usage_wire(api)
+        self._terminal = self._wire.terminal_events
         #: A ``data:`` payload of this api holding one of these is the terminal event: a framing may test them
         #: by substring (then call :meth:`end`) instead of parsing every line. Only the api's own: each costs a scan.
-        self.sse_end_markers: tuple[bytes, ...] = _SSE_END.get(api, _SSE_END["openai.chat"])
-        self._usage: dict[str, Any] | None = None  # Anthropic: merged so far; Chat, Responses: the latest
-        self._timings: dict[str, Any] | None = None
-        self._meta: dict[str, Any] | None = None
+        self.sse_end_markers: tuple[bytes, ...] = self._wire.sse_end_markers
+        #: The wire's events read so far (its :meth:`~agentcache.adapters._base.Wire.stream_event` fills them):
+        #: ``usage`` (Anthropic: merged so far; Chat, Responses: the latest), llama.cpp ``timings``, SGLang
+        #: ``meta_info``.
+        self.usage_fields: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
+        self.meta_info: dict[str, Any] | None = None
         self._body: Any = None
         self._has_body = False
         self._id: str | None = None  # the response id (Anthropic message_start, Responses events)
@@ -109,27 +96,9 @@ class UsageAccumulator:
         kind = read_field(event, "type")
         if isinstance(kind, str) and kind in self._terminal:
             self.ended = True
-        if self.api == "anthropic.messages":
-            if kind == "message_start":
-                message = read_field(event, "message")
-                self._usage = merge_anthropic_usage(None, read_field(message, "usage"))
-                self._note(message, "diagnostics")
-            elif kind == "message_delta":
-                self._usage = merge_anthropic_usage(self._usage, read_field(event, "usage"))
-                self._note(event, "diagnostics")
-        elif self.api == "openai.responses":
-            response = read_field(event, "response")
-            self._usage = as_dict(read_field(response, "usage")) or self._usage
-            self._note(response, "prompt_cache_diagnostics")
-        else:  # most chunks carry none of the three
-            if (usage := read_field(event, "usage")) is not None:
-                self._usage = as_dict(usage) or self._usage
-            if (timings := read_field(event, "timings")) is not None:
-                self._timings = as_dict(timings) or self._timings
-            if (meta := read_field(event, "meta_info")) is not None:
-                self._meta = as_dict(meta) or self._meta
+        self._wire.stream_event(self, kind, event)
 
-    def _note(self, obj: Any, key: str) -> None:
+    def note(self, obj: Any, key: str) -> None:
         """Keep ``obj``'s ``id`` and diagnostics field ``key`` (when it carries one)."""
         if obj is None:
             return
@@ -149,9 +118,9 @@ class UsageAccumulator:
         """The usage read so far (final once the stream has ended), or None."""
         try:
             if self._has_body:
-                return normalize_usage(self._body, self.api)
+                return self._wire.read_usage(self._body)
             doc = self._stream_doc()
-            return normalize_usage(doc, self.api) if doc is not None else None
+            return self._wire.read_usage(doc) if doc is not None else None
         except Exception:  # never raises
             return None
 
@@ -168,10 +137,10 @@ class UsageAccumulator:
         return {k: body[k] for k in _WIRE_KEYS if k in body} or None
 
     def _stream_doc(self) -> dict[str, Any] | None:
-        parts = {"usage": self._usage, "timings": self._timings, "meta_info": self._meta}
+        parts = {"usage": self.usage_fields, "timings": self.timings, "meta_info": self.meta_info}
         doc: dict[str, Any] = {k: v for k, v in parts.items() if v is not None}
         if not doc:
             return None
-        if self._usage is not None:
+        if self.usage_fields is not None:
             doc.update(self._diag, **({"id": self._id} if self._id is not None else {}))
         return doc

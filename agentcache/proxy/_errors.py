@@ -4,23 +4,22 @@ The proxy answers only for failures that are its own to report: a body it cannot
 limit (413), an upstream it could not reach or that stopped answering before the response started (502 / 504),
 and admin-endpoint auth (401 / 403). Everything the upstream answers reaches the client verbatim.
 
-Formats (names as on the wire):
-
-* Anthropic: ``{"type": "error", "error": {"type": ..., "message": ...}}`` with the types of the Messages API
-  errors page (``invalid_request_error``, ``request_too_large``, ``api_error``, ``timeout_error``...);
-* OpenAI: ``{"error": {"message", "type", "param", "code"}}``.
+Formats: each wire's (:meth:`agentcache.adapters.Wire.error_body`): Anthropic's
+``{"type": "error", "error": {"type": ..., "message": ...}}``, OpenAI's ``{"error": {"message", "type", "param",
+"code"}}``.
 """
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
 from collections.abc import Mapping
-from typing import Literal
 
 import httpx
 from starlette.responses import Response
+
+from ..adapters import WIRES, ErrorStyle, error_wire, wire_for_route
+from ..adapters.anthropic_messages import ERROR_TYPES as ANTHROPIC_TYPES
 
 __all__ = [
     "ANTHROPIC_TYPES",
@@ -33,53 +32,25 @@ __all__ = [
     "upstream_failure",
 ]
 
-Style = Literal["anthropic", "openai"]
+Style = ErrorStyle
 
 #: The wire API of each pipeline route.
-ROUTES: dict[str, str] = {
-    "/v1/messages": "anthropic.messages",
-    "/v1/chat/completions": "openai.chat",
-    "/v1/responses": "openai.responses",
-}
-
-#: Anthropic error ``type`` per status code.
-ANTHROPIC_TYPES: dict[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    502: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-}
-
-#: OpenAI error ``type`` and ``code`` per status code.
-OPENAI_TYPES: dict[int, tuple[str, str | None]] = {
-    400: ("invalid_request_error", None),
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("invalid_request_error", None),
-    404: ("invalid_request_error", None),
-    413: ("invalid_request_error", "request_too_large"),
-    502: ("server_error", "bad_gateway"),
-    504: ("server_error", "timeout"),
-}
+ROUTES: dict[str, str] = {w.route: w.api for w in WIRES}
 
 
 def api_for_path(path: str) -> str | None:
     """The wire API (``anthropic.messages``, ``openai.chat``, ``openai.responses``) of a pipeline route."""
-    return ROUTES.get(path.rstrip("/") or "/")
+    wire = wire_for_route(path)
+    return wire.api if wire is not None else None
 
 
 def style_for(path: str, upstream_kind: str, headers: Mapping[str, str] | None = None) -> Style:
-    """Error format for a request: by route; else Anthropic for ``/v1/messages*``, for a request carrying
+    """Error format for a request: its route's wire's; else Anthropic for ``/v1/messages*``, for a request carrying
     Anthropic's headers (``anthropic-version`` or ``x-api-key``, as the Anthropic SDKs send on every call,
     ``GET /v1/models`` included) or for an Anthropic upstream; else OpenAI."""
-    api = api_for_path(path)
-    if api is not None:
-        return "anthropic" if api == "anthropic.messages" else "openai"
+    wire = wire_for_route(path)
+    if wire is not None:
+        return wire.error_style
     if path.startswith("/v1/messages") or upstream_kind == "anthropic":
         return "anthropic"
     if headers is not None and ("anthropic-version" in headers or "x-api-key" in headers):
@@ -88,14 +59,9 @@ def style_for(path: str, upstream_kind: str, headers: Mapping[str, str] | None =
 
 
 def error_body(style: Style, status: int, message: str) -> bytes:
-    """The JSON error document for ``status`` in ``style``."""
-    if style == "anthropic":
-        kind = ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-        doc: dict[str, object] = {"type": "error", "error": {"type": kind, "message": message}}
-    else:
-        kind, code = OPENAI_TYPES.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
-        doc = {"error": {"message": message, "type": kind, "param": None, "code": code}}
-    return json.dumps(doc).encode()
+    """The JSON error document for ``status`` in ``style`` (the wire's :meth:`~agentcache.adapters.Wire.error_body`
+    whose format that is)."""
+    return error_wire(style).error_body(status, message)
 
 
 def error_response(style: Style, status: int, message: str) -> Response:

@@ -14,6 +14,7 @@ from hashlib import blake2b
 from typing import Any
 from urllib.parse import quote
 
+from ..adapters import wire_for
 from ..model._bounded import bounded
 from ..model._types import Api
 from ..session import LOCAL_TENANT, Identity, declared_by
@@ -52,7 +53,7 @@ def identity_of(api: Api, headers: Mapping[str, str], body: Mapping[str, Any], t
     ``prompt_cache_key``, else the prefix index."""
     sid = bounded((headers.get("x-agentcache-session") or "").strip()) or None
     parent = bounded((headers.get("x-agentcache-parent") or "").strip()) or None
-    key = body.get("prompt_cache_key") if api != Api.ANTHROPIC_MESSAGES else None
+    key = wire_for(api).routing_key(body)
     declared = declared_by(headers)
     return Identity(
         tenant,

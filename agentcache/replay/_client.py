@@ -21,17 +21,14 @@ from typing import Any
 
 import httpx
 
+from ..adapters import REPLAY_ENDPOINTS, endpoint_for
 from ..model._usage import CacheUsage
 from ..model._usage_stream import UsageAccumulator
 
 __all__ = ["PATHS", "TurnResult", "send_turn"]
 
 #: Target wire format → path on the endpoint.
-PATHS: dict[str, str] = {
-    "openai.chat": "/v1/chat/completions",
-    "anthropic.messages": "/v1/messages",
-    "sglang.generate": "/generate",
-}
+PATHS: dict[str, str] = {e.api: e.route for e in REPLAY_ENDPOINTS}
 _ERROR_CHARS = 300
 
 
@@ -74,47 +71,12 @@ class TurnResult:
         return out
 
 
-def _generated(target: str, event: dict[str, Any], result: TurnResult) -> None:
-    """Add what ``event`` generated to ``result``: llama.cpp's per-token ``logprobs`` ids (OpenAI Chat with
-    ``logprobs`` on) and the text."""
-    if target == "anthropic.messages":
-        delta = event.get("delta") if event.get("type") == "content_block_delta" else None
-        if isinstance(delta, dict):
-            result.generated_text += str(delta.get("text") or delta.get("partial_json") or "")
-        return
-    for choice in event.get("choices") or []:
-        for entry in (choice.get("logprobs") or {}).get("content") or []:
-            if isinstance(entry, dict) and isinstance(entry.get("id"), int):
-                result.generated_ids.append(entry["id"])
-        content = (choice.get("delta") or {}).get("content")
-        if isinstance(content, str):
-            result.generated_text += content
-
-
-def _first_token(target: str, event: dict[str, Any]) -> bool:
-    """Whether ``event`` carries generated output."""
-    if target == "anthropic.messages":
-        if event.get("type") == "content_block_delta":
-            return True
-        return (
-            event.get("type") == "content_block_start" and (event.get("content_block") or {}).get("type") == "tool_use"
-        )
-    if target == "sglang.generate":
-        return bool(event.get("text") or event.get("output_ids"))
-    for choice in event.get("choices") or []:
-        delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"):
-            return True
-    return False
-
-
 class _UsageReader:
     """The usage of one replayed stream: the one :class:`~agentcache.model.UsageAccumulator` every door uses
     (SGLang ``/generate`` chunks carry ``meta_info``, which it reads like the Chat chunks' ``usage``)."""
 
     def __init__(self, target: str) -> None:
-        api = "anthropic.messages" if target == "anthropic.messages" else "openai.chat"
-        self.usage = UsageAccumulator(api)
+        self.usage = UsageAccumulator(target)
 
     def feed(self, event: dict[str, Any]) -> None:
         self.usage.add_event(event)
@@ -140,6 +102,7 @@ async def _stream(
     headers: dict[str, str] | None,
 ) -> bool:
     """One attempt: stream the response into ``result`` / ``reader``; False when it ended in an error."""
+    endpoint = endpoint_for(target)
     async with client.stream("POST", PATHS[target], json=body, headers=headers) as response:
         result.status = response.status_code
         if response.status_code >= 400:
@@ -158,13 +121,15 @@ async def _stream(
                 continue
             if not isinstance(event, dict):
                 continue
-            if event.get("type") == "error" or (target != "anthropic.messages" and "error" in event):
+            if endpoint.stream_error(event):
                 result.error = f"stream error: {json.dumps(event.get('error', event))[:_ERROR_CHARS]}"
                 return False
-            if result.ttft_s is None and _first_token(target, event):
+            if result.ttft_s is None and endpoint.first_output(event):
                 result.ttft_s = time.perf_counter() - start
             reader.feed(event)
-            _generated(target, event, result)
+            text, ids = endpoint.generated(event)
+            result.generated_text += text
+            result.generated_ids += ids
     return True
 
 

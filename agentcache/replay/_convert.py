@@ -1,12 +1,7 @@
 """Recorded request bodies in the target wire format: OpenAI Chat Completions ⇄ Anthropic Messages (messages,
-tools, tool choice, the usual sampling options), OpenAI Responses → Chat, and any of them → SGLang ``/generate``
-token ids (for a model directory without a tokenizer).
-
-Conversions are deterministic (the same recorded prefix gives the same converted prefix, so engine prefix caches
-see what they would have seen) and never mutate their input. Cache markers (``cache_control``) are dropped: the
-replayed endpoint is not the recorded provider. Wire shapes: Anthropic "Messages API" (``tool_use`` /
-``tool_result`` blocks, ``input_schema``), OpenAI "Chat Completions" (``tool_calls`` with JSON-string
-``arguments``, ``role: tool`` messages), OpenAI "Responses" (``function_call`` / ``function_call_output`` items).
+tools, tool choice, the usual sampling options), OpenAI Responses → Chat (the wires' conversions,
+:mod:`agentcache.adapters._convert`), and any of them → SGLang ``/generate`` token ids (for a model directory
+without a tokenizer).
 """
 
 from __future__ import annotations
@@ -16,262 +11,46 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._exceptions import InputError
+from ..adapters import REPLAY_ENDPOINTS, find_wire
+from ..adapters._convert import anthropic_to_chat, chat_to_anthropic, responses_to_chat, text_of
 
-__all__ = ["TARGET_APIS", "convert", "to_token_ids"]
+__all__ = [
+    "TARGET_APIS",
+    "anthropic_to_chat",
+    "chat_to_anthropic",
+    "convert",
+    "first_divergence",
+    "responses_to_chat",
+    "to_token_ids",
+]
 
 #: ``--api`` value → the wire format sent.
-TARGET_APIS: dict[str, str] = {"openai": "openai.chat", "anthropic": "anthropic.messages", "sglang": "sglang.generate"}
-#: ``max_tokens`` for Anthropic bodies that were recorded without one (it is required there).
-DEFAULT_MAX_TOKENS = 1024
-_OPTIONS = ("temperature", "top_p", "metadata")
+TARGET_APIS: dict[str, str] = {e.replay_name: e.api for e in REPLAY_ENDPOINTS if e.replay_name is not None}
 
 
-def _text_of(content: Any) -> str:
-    """The text of a string or a list of text parts/blocks."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p)
-    return "" if content is None else json.dumps(content, sort_keys=True)
-
-
-def _args(arguments: Any) -> Any:
-    """Tool-call arguments as a JSON value (a string that is not JSON stays a string under ``_raw``)."""
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError:
-            return {"_raw": arguments}
-    return arguments if arguments is not None else {}
-
-
-# -- OpenAI Chat → Anthropic Messages ---------------------------------------------------------------------------
-
-
-def _chat_part_to_block(part: Any) -> dict[str, Any] | None:
-    if not isinstance(part, dict):
-        return None
-    if part.get("type") == "text":
-        return {"type": "text", "text": str(part.get("text", ""))}
-    if part.get("type") == "image_url":
-        url = str((part.get("image_url") or {}).get("url", ""))
-        if url.startswith("data:") and ";base64," in url:
-            media, data = url[5:].split(";base64,", 1)
-            return {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
-        return {"type": "image", "source": {"type": "url", "url": url}}
-    return None
-
-
-def _blocks(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
-    if isinstance(content, list):
-        return [b for b in (_chat_part_to_block(p) for p in content) if b is not None]
-    return []
-
-
-def chat_to_anthropic(body: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI Chat Completions body as an Anthropic Messages body."""
-    system: list[str] = []
-    messages: list[dict[str, Any]] = []
-
-    def push(role: str, blocks: list[dict[str, Any]]) -> None:
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].extend(blocks)
-        else:
-            messages.append({"role": role, "content": list(blocks)})
-
-    for msg in body.get("messages") or []:
-        role = msg.get("role")
-        if role in ("system", "developer"):
-            system.append(_text_of(msg.get("content")))
-        elif role == "user":
-            push("user", _blocks(msg.get("content")) or [{"type": "text", "text": "(empty)"}])
-        elif role == "assistant":
-            blocks = _blocks(msg.get("content"))
-            for call in msg.get("tool_calls") or []:
-                fn = call.get("function") or {}
-                blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": call.get("id"),
-                        "name": fn.get("name"),
-                        "input": _args(fn.get("arguments")),
-                    }
-                )
-            push("assistant", blocks or [{"type": "text", "text": "(empty)"}])
-        elif role == "tool":
-            result = {
-                "type": "tool_result",
-                "tool_use_id": msg.get("tool_call_id"),
-                "content": _text_of(msg.get("content")),
-            }
-            push("user", [result])
-    out: dict[str, Any] = {"model": body.get("model", ""), "max_tokens": DEFAULT_MAX_TOKENS}
-    if system:
-        out["system"] = "\n\n".join(system)
-    out["messages"] = messages
-    tools = [t.get("function", t) for t in body.get("tools") or [] if isinstance(t, dict)]
-    if tools:
-        out["tools"] = [
-            {"name": t.get("name"), "description": t.get("description", ""), "input_schema": t.get("parameters") or {}}
-            for t in tools
-        ]
-    choice = body.get("tool_choice")
-    if choice is not None and tools:
-        if isinstance(choice, dict):
-            out["tool_choice"] = {"type": "tool", "name": (choice.get("function") or {}).get("name")}
-        else:
-            out["tool_choice"] = {"type": {"required": "any"}.get(choice, choice)}
-    for key in _OPTIONS:
-        if key in body:
-            out[key] = body[key]
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    if limit is not None:
-        out["max_tokens"] = limit
-    if body.get("stop") is not None:
-        stop = body["stop"]
-        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
-    return out
-
-
-# -- Anthropic Messages → OpenAI Chat ---------------------------------------------------------------------------
-
-
-def _block_to_part(block: dict[str, Any]) -> dict[str, Any] | None:
-    if block.get("type") == "text":
-        return {"type": "text", "text": str(block.get("text", ""))}
-    if block.get("type") == "image":
-        src = block.get("source") or {}
-        url = src.get("url") if src.get("type") == "url" else f"data:{src.get('media_type')};base64,{src.get('data')}"
-        return {"type": "image_url", "image_url": {"url": url}}
-    return None
-
-
-def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    if all(p.get("type") == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
-    return parts
-
-
-def anthropic_to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """An Anthropic Messages body as an OpenAI Chat Completions body."""
-    messages: list[dict[str, Any]] = []
-    system = body.get("system")
-    if system:
-        messages.append({"role": "system", "content": _text_of(system)})
-    for msg in body.get("messages") or []:
-        content = msg.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
-        if msg.get("role") == "assistant":
-            text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
-            out: dict[str, Any] = {"role": "assistant", "content": text or None}
-            calls = [
-                {"id": b.get("id"), "type": "function",
-                 "function": {"name": b.get("name"), "arguments": json.dumps(b.get("input", {}), ensure_ascii=False)}}
-                for b in blocks if b.get("type") == "tool_use"
-            ]  # fmt: skip
-            if calls:
-                out["tool_calls"] = calls
-            messages.append(out)
-            continue
-        parts: list[dict[str, Any]] = []
-        for b in blocks:
-            if b.get("type") == "tool_result":
-                messages.append(
-                    {"role": "tool", "tool_call_id": b.get("tool_use_id"), "content": _text_of(b.get("content"))}
-                )
-            else:
-                part = _block_to_part(b)
-                if part is not None:
-                    parts.append(part)
-        if parts:
-            messages.append({"role": "user", "content": _content(parts)})
-    chat: dict[str, Any] = {"model": body.get("model", ""), "messages": messages}
-    if body.get("tools"):
-        chat["tools"] = [
-            {"type": "function", "function": {"name": t.get("name"), "description": t.get("description", ""),
-                                              "parameters": t.get("input_schema") or {}}}
-            for t in body["tools"] if isinstance(t, dict) and "name" in t
-        ]  # fmt: skip
-    choice = body.get("tool_choice")
-    if isinstance(choice, dict) and chat.get("tools"):
-        kind = choice.get("type")
-        if kind == "tool":
-            chat["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
-        else:
-            chat["tool_choice"] = {"any": "required"}.get(str(kind), str(kind))
-    for key in ("temperature", "top_p"):
-        if key in body:
-            chat[key] = body[key]
-    if "max_tokens" in body:
-        chat["max_tokens"] = body["max_tokens"]
-    if body.get("stop_sequences"):
-        chat["stop"] = list(body["stop_sequences"])
-    return chat
-
-
-# -- OpenAI Responses → OpenAI Chat -----------------------------------------------------------------------------
-
-
-def responses_to_chat(body: dict[str, Any]) -> dict[str, Any]:
-    """An OpenAI Responses body as a Chat Completions body (messages, function calls and their outputs)."""
-    messages: list[dict[str, Any]] = []
-    if body.get("instructions"):
-        messages.append({"role": "system", "content": _text_of(body["instructions"])})
-    items = body.get("input")
-    for item in [{"role": "user", "content": items}] if isinstance(items, str) else items or []:
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = "system" if item.get("role") == "developer" else item.get("role", "user")
-            content = item.get("content")
-            text = content if isinstance(content, str) else "".join(str(p.get("text", "")) for p in content or [])
-            messages.append({"role": role, "content": text})
-        elif kind == "function_call":
-            call = {"id": item.get("call_id"), "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments", "{}")}}  # fmt: skip
-            if messages and messages[-1]["role"] == "assistant" and not messages[-1].get("content"):
-                messages[-1].setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            messages.append(
-                {"role": "tool", "tool_call_id": item.get("call_id"), "content": _text_of(item.get("output"))}
-            )
-    chat: dict[str, Any] = {"model": body.get("model", ""), "messages": messages}
-    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("type") == "function"]
-    if tools:
-        chat["tools"] = [
-            {"type": "function", "function": {k: t[k] for k in ("name", "description", "parameters") if k in t}}
-            for t in tools
-        ]
-    if "max_output_tokens" in body:
-        chat["max_tokens"] = body["max_output_tokens"]
-    for key in ("temperature", "top_p"):
-        if key in body:
-            chat[key] = body[key]
-    return chat
+def _to_chat(api: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` (wire format ``api``) as a Chat body (``body`` itself for Chat). Raises InputError for an api
+    without a wire."""
+    source = find_wire(api)
+    if source is None:
+        raise InputError(f"cannot replay {api} requests")
+    return source.to_chat(body)
 
 
 def convert(api: str, body: dict[str, Any], target: str) -> dict[str, Any]:
-    """``body`` (wire format ``api``) in wire format ``target`` (``openai.chat`` or ``anthropic.messages``).
+    """``body`` (wire format ``api``) in wire format ``target`` (``openai.chat`` or ``anthropic.messages``), through
+    Chat: ``api``'s wire's :meth:`~agentcache.adapters.Wire.to_chat`, then ``target``'s
+    :meth:`~agentcache.adapters.Wire.from_chat`.
 
     Raises InputError for a conversion that is not supported.
     """
     if api == target:
         return dict(body)
-    chat = body
-    if api == "openai.responses":
-        chat = responses_to_chat(body)
-    elif api == "anthropic.messages":
-        chat = anthropic_to_chat(body)
-    elif api != "openai.chat":
-        raise InputError(f"cannot replay {api} requests")
-    if target == "openai.chat":
-        return dict(chat)
-    if target == "anthropic.messages":
-        return chat_to_anthropic(chat)
-    raise InputError(f"cannot convert {api} requests to {target}")
+    chat = _to_chat(api, body)
+    sink = find_wire(target)
+    if sink is None or not sink.replay_target:
+        raise InputError(f"cannot convert {api} requests to {target}")
+    return sink.from_chat(chat)
 
 
 # -- any → token ids (SGLang /generate without a tokenizer) ----------------------------------------------------
@@ -284,7 +63,7 @@ def _segments(chat: dict[str, Any]) -> list[str]:
     if chat.get("tools"):
         out.append("<|tools|>\n" + json.dumps(chat["tools"], sort_keys=True, ensure_ascii=False) + "\n")
     for msg in chat.get("messages") or []:
-        text = _text_of(msg.get("content"))
+        text = text_of(msg.get("content"))
         for call in msg.get("tool_calls") or []:
             text += "\n<tool_call>" + json.dumps(call.get("function"), sort_keys=True, ensure_ascii=False)
         out.append(f"<|{msg.get('role')}|>\n{text}\n")
@@ -301,7 +80,7 @@ def to_token_ids(api: str, body: dict[str, Any], vocab_size: int, encode: Any = 
 
         encoder = default_counter()._load()
         encode = encoder.encode_ordinary if encoder is not None else (lambda s: list(s.encode()))
-    chat = convert(api, body, "openai.chat")
+    chat = _to_chat(api, body)
     ids: list[int] = []
     for segment in _segments(chat):
         ids.extend(t % vocab_size for t in encode(segment))

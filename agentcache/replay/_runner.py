@@ -27,6 +27,7 @@ import httpx
 
 from .._config import get_settings
 from .._log import get_logger
+from ..adapters import endpoint_for
 from ..engine import LlamaCppCache, LlamaPrediction, LlamaServerRenderer
 from ..loaders import Record
 from ..model._types import Engine, parse_engine
@@ -112,7 +113,8 @@ class _Session:
 
     def _body(self, record: Record, slot: int | None) -> tuple[dict[str, Any], Turn | None]:
         cfg, run = self.run.config, self.run
-        wire = "openai.chat" if cfg.target == "sglang.generate" else cfg.target
+        endpoint = endpoint_for(cfg.target)
+        wire = endpoint.plans_as
         body = convert(record.api, record.body, wire)
         if run.model is not None:
             body["model"] = run.model
@@ -125,20 +127,13 @@ class _Session:
                 log.warning("replay.pipeline_failed", session=self.name, exc_info=True)
         elif self.session is not None:  # direct, with session affinity: pinning only
             body = annotate_only(run, body, self.session)
-        if cfg.target == "sglang.generate":
-            ids = to_token_ids(wire, body, cfg.vocab_size or 32000)
-            params = {"max_new_tokens": cfg.max_tokens, "temperature": body.get("temperature", 0.0)}
-            pinned = {"session_id": body["session_id"]} if "session_id" in body else {}
-            body = {"input_ids": ids, "sampling_params": params, "stream": True, **pinned}
-        else:
-            body.pop("max_completion_tokens", None)
-            body["max_tokens"] = cfg.max_tokens
-            body["stream"] = True
-            if cfg.target == "openai.chat":
-                body["stream_options"] = {"include_usage": True}
-                if run.engine_model is not None and not body.get("tools"):
-                    # the generated token ids, which stay in the slot (llama.cpp: not with tools + stream)
-                    body["logprobs"] = True
+        body = endpoint.replay_body(
+            body,
+            cfg.max_tokens,
+            # the generated token ids, which stay in the slot
+            want_ids=run.engine_model is not None,
+            token_ids=lambda b: to_token_ids(wire, b, cfg.vocab_size or 32000),
+        )
         if slot is not None:
             body["id_slot"] = slot
         return body, turn
@@ -207,14 +202,7 @@ class _Run:
 
     def _headers(self) -> dict[str, str]:
         cfg = self.config
-        headers: dict[str, str] = {}
-        if cfg.target == "anthropic.messages":
-            headers["anthropic-version"] = "2023-06-01"
-            if cfg.api_key:
-                headers["x-api-key"] = cfg.api_key
-        elif cfg.api_key:
-            headers["authorization"] = f"Bearer {cfg.api_key}"
-        return headers
+        return endpoint_for(cfg.target).replay_headers(cfg.api_key)
 
     async def prepare(self) -> None:
         kind, model, slots = await detect_endpoint(self.client)
@@ -224,12 +212,12 @@ class _Run:
         if self.config.pinned and self.kind == "sglang":
             self.sinks.append(SGLangSink(self.base_url, post=self._post))
         if self.config.via == "agentcache" or self.sinks:
-            wire = "openai.chat" if self.config.target == "sglang.generate" else self.config.target
+            wire = endpoint_for(self.config.target).plans_as
             engine = parse_engine(self.kind) if self.kind in ("llama.cpp", "sglang") else None
             settings = get_settings()
             target = resolve_target(wire, setting=settings.target, detected=engine)
             self.sessions = Sessions(provider=target, settings=settings, sinks=list(self.sinks), idle_timeout=None)
-        if self.kind == "llama.cpp" and self.config.predict and self.config.target != "sglang.generate":
+        if self.kind == "llama.cpp" and self.config.predict and not endpoint_for(self.config.target).sends_token_ids:
             self.renderer = LlamaServerRenderer(client=self.client)
             if self.engine_model is None:  # the server's defaults, with --parallel given (no unified KV)
                 self.engine_model = LlamaCppCache(slots=slots or 1)

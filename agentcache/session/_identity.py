@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
 
-from .._exceptions import InputError
+from ..adapters import wire_for
 from ..model._canonical import MARKER_KEYS, item_text
 from ..model._rawjson import RawBody, encode_sorted
 
@@ -64,7 +64,6 @@ __all__ = [
 
 #: The tenant of sessions that no API key namespaces (the SDK wrappers, audits, replays, anonymous callers).
 LOCAL_TENANT = "anonymous"
-_SYSTEM_ROLES = frozenset({"system", "developer"})
 _TEXT_TYPES = frozenset({"text", "input_text"})
 # A marker on the one block of a content list sits where both APIs define one (model/_canonical.MARKERS).
 _TEXT_KEYS = frozenset({"type", "text", *MARKER_KEYS})
@@ -142,16 +141,10 @@ def new_session_id() -> str:
 
 
 def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
-    """The conversation items of a wire body: Anthropic ``messages``; Chat ``messages`` and Responses
-    ``input`` without system/developer messages. Raises InputError when the body has none."""
-    items = body.get("input") if api == "openai.responses" else body.get("messages")
-    if isinstance(items, str) and api == "openai.responses":
-        return [items]
-    if not isinstance(items, list):
-        raise InputError(f"{api} body needs a list of {'input' if api == 'openai.responses' else 'messages'}")
-    if api == "anthropic.messages":
-        return items
-    return [m for m in items if not (isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES)]
+    """The conversation items of a wire body (its wire's :meth:`~agentcache.adapters.Wire.conversation`:
+    Anthropic ``messages``; Chat ``messages`` and Responses ``input`` without system/developer messages). Raises
+    InputError when the body has none, ConfigError for an unknown ``api``."""
+    return wire_for(api).conversation(body)
 
 
 def _plain(item: Any) -> tuple[str, str, str] | None:
@@ -197,19 +190,6 @@ def _item_digests(api: str, item: Any, raw: RawBody | None) -> tuple[bytes, byte
     return d, blake2b(mark, digest_size=16).digest()
 
 
-def _prefix_units(api: str, body: Mapping[str, Any]) -> list[Any]:
-    """The tools and system units of a wire body (what precedes the conversation)."""
-    units: list[Any] = [body.get("tools")]
-    if api == "anthropic.messages":
-        units.append(body.get("system"))
-        return units
-    items = body.get("input") if api == "openai.responses" else body.get("messages")
-    units.append(body.get("instructions"))
-    if isinstance(items, list):
-        units += [m for m in items if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES]
-    return units
-
-
 def checkpoints_of(
     api: str, body: Mapping[str, Any], raw: RawBody | None = None, *, scope: str | None = None
 ) -> Checkpoints:
@@ -219,11 +199,12 @@ def checkpoints_of(
     texts (:func:`agentcache.model._rawjson.loads`); an item is then hashed as the client wrote it, markers cut
     out, instead of encoded again (a client writes an unchanged item the same way every turn). Raises InputError
     when the body has no conversation list."""
+    wire = wire_for(api)
     out: list[bytes] = []
     marks: list[bytes] = []
     cur = blake2b(api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16).digest()
     fact, unit_fact = "checkpoint:" + api, "prefix:" + api  # a conversation item's facts; a prefix unit's
-    for item in conversation_of(api, body):
+    for item in wire.conversation(body):
         # (item digest, its mark, chain before, chain after): an item re-used from the last turn's parse, after
         # the same chain, extends it the same way (the usual turn hashes only its new items).
         facts = raw.facts(item) if raw is not None else None
@@ -240,7 +221,7 @@ def checkpoints_of(
         out.append(cur)
         marks.append(hit[1])
     p = blake2b(digest_size=16)
-    for unit in _prefix_units(api, body):
+    for unit in wire.prefix_units(body):
         facts = raw.facts(unit) if raw is not None and unit is not None else None
         d = facts.get(unit_fact) if facts is not None else None
         if d is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..adapters import canonicalize
+from ..adapters import canonicalize, wire_for
 from ..analysis._repair import Sent, ToolMemory
 from ..model._canonical import unmarked
 from ..model._equivalence import value_digest
@@ -79,7 +79,7 @@ def restore(pipe: SessionPipeline, doc: Mapping[str, Any]) -> None:
         sent = Sent(request, doc["sent"], client, forms, doc.get("cache_key"))
         units = list(doc.get("tools") or ())
         if units:
-            shell = {"model": request.model, "tools": units, "input" if api == Api.OPENAI_RESPONSES else "messages": []}
+            shell = {"model": request.model, "tools": units, wire_for(api).items_field: []}
             blocks = [b for b in canonicalize(api, shell).blocks if b.section == "tool"]
             tools = ToolMemory(
                 {value_digest(b, api): u for b, u in zip(blocks, units, strict=True)},
