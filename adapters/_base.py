@@ -130,6 +130,12 @@ class Wire(Endpoint, ABC):
     #: The stream event ``type`` values after which nothing more is sent (Chat: the ``[DONE]`` sentinel).
     terminal_events: ClassVar[frozenset[str]] = frozenset({"[DONE]"})
     error_style: ClassVar[ErrorStyle] = "openai"
+    #: The system prompt is a top-level field whose changing lines ``move_volatile`` can move out of the cached
+    #: prefix (:func:`agentcache.policies.volatility.move_volatile` reads Anthropic's ``system``).
+    moves_volatile: ClassVar[bool] = False
+    #: A cached prefix can be kept warm by re-sending it with ``max_tokens: 1`` (the keep-warm policy builds
+    #: Anthropic Messages bodies; OpenAI's cache has no TTL to bridge that a client controls).
+    keeps_warm: ClassVar[bool] = False
     #: OpenAI error ``type`` and ``code`` per status code.
     _ERROR_TYPES: ClassVar[Mapping[int, tuple[str, str | None]]] = {
         400: ("invalid_request_error", None),

@@ -173,6 +173,8 @@ class AnthropicMessages(Wire):
     sdk_methods: ClassVar[tuple[str, ...]] = ("create", "stream")
     usage_form: ClassVar[UsageForm] = "anthropic"
     terminal_events: ClassVar[frozenset[str]] = frozenset({"message_stop"})
+    moves_volatile: ClassVar[bool] = True
+    keeps_warm: ClassVar[bool] = True
     error_style: ClassVar[ErrorStyle] = "anthropic"
 
     def canonicalize(

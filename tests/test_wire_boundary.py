@@ -20,7 +20,6 @@ NAMES = frozenset(w.api for w in WIRES) | frozenset(e.api for e in REPLAY_ENDPOI
 MEMBERS = frozenset({"ANTHROPIC_MESSAGES", "OPENAI_CHAT", "OPENAI_RESPONSES"})
 
 _LOADER = "a loader names the API of the records it reads"
-_DRIVER = "session/_turn, session/_pipeline and proxy/_core are restructured by issue 25 step 4 (one request driver)"
 #: path under agentcache/ → (API names in it, why they may be there).
 ALLOWED: dict[str, tuple[int, str]] = {
     "model/_types.py": (4, "the Api enum itself, and which provider each API is"),
@@ -41,8 +40,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "proxy/_state.py": (1, "an engine upstream's target is resolved as for Chat, the API engines speak"),
     "_audit.py": (1, "an audit of no records resolves its target for Chat (any API would do)"),
     "engine/_render.py": (1, "engine/ renders Chat bodies with the server's template (the engine package's step)"),
-    "proxy/_core.py": (2, _DRIVER),
-    "session/_pipeline.py": (1, _DRIVER),
     "model/_canonical.py": (5, "marker positions per API: moved into the wires with issue 25 step 2 (one identity)"),
     "model/_equivalence.py": (3, "equivalent spellings per API: moved into the wires with issue 25 step 2"),
 }

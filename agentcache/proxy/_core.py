@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._log import get_logger
+from ..adapters import wire_for
 from ..model._rawjson import NestingTooDeep
 from ..model._splice import dumps_spliced
 from ..model._types import Api, TargetKind
@@ -93,7 +94,7 @@ async def handle_api(state: ProxyState, request: Request, api: str, route: str) 
 
 def _exchange(state: ProxyState, request: Request, wire: Api, route: str) -> Exchange:
     """A new exchange for ``request`` on ``route``: its error style, provider, tenant and client."""
-    style: Style = "anthropic" if wire == Api.ANTHROPIC_MESSAGES else "openai"
+    style: Style = wire_for(wire).error_style
     tenant, client = tenant_of(request.headers, state.config.tenant_salt), client_of(request.headers)
     return Exchange(state, request, wire, route, style, str(wire.provider), tenant, client)
 
@@ -239,7 +240,7 @@ def _keep_warm(ex: Exchange, url: str) -> KeepWarmDecision | None:
     the decision (None when there was none to make)."""
     assert ex.turn is not None
     sess = ex.turn.session
-    if ex.turn.api != Api.ANTHROPIC_MESSAGES or sess.target is None or sess.target.kind != TargetKind.ANTHROPIC:
+    if not wire_for(ex.turn.api).keeps_warm or sess.target is None or sess.target.kind != TargetKind.ANTHROPIC:
         return None  # a local engine has no TTL to bridge
     decision = sess.pipeline.keep_warm()
     body = sess.pipeline.keep_warm_body()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._config import Settings, get_settings
-from ..adapters import apply, canonicalize, reshaped
+from ..adapters import apply, canonicalize, reshaped, wire_for
 from ..analysis._diagnose import Divergence, diagnose
 from ..analysis._repair import RepairPlan, Sent, ToolMemory, plan_repairs, repaired_request
 from ..model._build import BlockCache, rebuild
@@ -217,7 +217,7 @@ class SessionPipeline:
     def _move_volatile(self, p: _Pass) -> None:
         """Setting ``move_volatile`` (Anthropic): system lines seen changing move out of the cached prefix."""
         p.work_body, p.volatile = p.body, p.st.volatile
-        if self.settings.move_volatile and p.api == Api.ANTHROPIC_MESSAGES:
+        if self.settings.move_volatile and wire_for(p.api).moves_volatile:
             moved, p.volatile = move_volatile(p.body, p.st.volatile)
             if moved is not p.body:  # opt-in, and it changes the prompt: read the moved body too
                 p.work_body, p.work = moved, canonicalize(p.api, moved, cache=self.cache)
