@@ -27,7 +27,7 @@ from ._cli_errors import fail
 from ._cli_replay import plan_command, replay_command
 from ._exceptions import ConfigError
 from ._log import get_logger
-from ._logging import LEVELS, RENDERERS, configure_logging
+from ._log_output import LEVELS, RENDERERS, configure_logging
 from .model._types import Engine
 
 __all__ = ["app", "main"]

@@ -255,7 +255,7 @@ def _run(
     quiet_json: bool,
 ) -> tuple[AuditReport | None, AuditReport | None]:
     """The logs' report (None without usage records) and the recorded requests' report (None without records)."""
-    from ._logging import without_events
+    from ._log_output import without_events
     from .analysis._inferred import exact_causes
 
     simulated = None

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-from ._logging import stderr_is_tty
+from ._log_output import stderr_is_tty
 
 __all__ = ["PROGRESS_THRESHOLD", "Advance", "progress_bar"]
 

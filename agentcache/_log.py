@@ -11,7 +11,7 @@ configuration decides what is shown and where:
 * ``logging.basicConfig(level=logging.INFO)`` or any handler: records arrive with the event dict as their
   ``msg`` (``record.msg["event"]`` is the event name, e.g. ``session.turn``), rendered by the host's formatter;
   :class:`structlog.stdlib.ProcessorFormatter` renders them as structlog would;
-* the ``agentcache`` command line and proxy call :func:`agentcache._logging.configure_logging`, which attaches
+* the ``agentcache`` command line and proxy call :func:`agentcache._log_output.configure_logging`, which attaches
   one stderr handler with a console or JSON renderer.
 
 A disabled level costs one ``isEnabledFor`` check: callers that build large event dicts check

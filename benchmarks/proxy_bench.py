@@ -377,7 +377,7 @@ def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, f
     except ImportError:  # an agentcache from before the session core (one run measures both side by side)
         from agentcache._pipeline import SessionPipeline  # type: ignore[no-redef]
         from agentcache._rawjson import dumps_spliced, loads  # type: ignore[no-redef]
-        from agentcache.proxy._sessions import checkpoints_of  # type: ignore[no-redef]
+        from agentcache.proxy._caller import checkpoints_of  # type: ignore[no-redef]
 
     steps: dict[str, list[float]] = {k: [] for k in ("parse", "checkpoints", "prepare", "body", "commit", "total")}
     for n in range(sessions):

@@ -112,6 +112,6 @@ def _no_leftover_logging() -> Iterator[None]:
     """Undo any ``configure_logging`` a test's CLI run did (``proxy``/``serve`` log at info): a handler left at
     info would make later tests' session events pile up in pytest's log capture."""
     yield
-    from agentcache._logging import reset_logging
+    from agentcache._log_output import reset_logging
 
     reset_logging()

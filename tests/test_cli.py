@@ -19,7 +19,7 @@ from agentcache import _audit as audit_module
 from agentcache import _cli as cli
 from agentcache._cli_progress import progress_bar
 from agentcache._log import get_logger
-from agentcache._logging import configure_logging, reset_logging
+from agentcache._log_output import configure_logging, reset_logging
 from agentcache.analysis._render import render_report
 from agentcache.loaders import load
 from agentcache.model import _rules

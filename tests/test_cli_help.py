@@ -20,7 +20,7 @@ from agentcache import ConfigError, _install
 from agentcache import _cli as cli
 from agentcache._config import Settings, load_settings
 from agentcache._log import get_logger
-from agentcache._logging import reset_logging
+from agentcache._log_output import reset_logging
 from agentcache.model import _rules
 from agentcache.model._types import Engine, parse_engine
 from agentcache.proxy._config import ProxyConfig, load_proxy_config

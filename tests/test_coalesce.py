@@ -275,7 +275,7 @@ def test_cli_proxy_flags_and_env_set_coalescing(monkeypatch: pytest.MonkeyPatch)
 
     from agentcache import _cli
     from agentcache._config import reset_settings
-    from agentcache._logging import reset_logging
+    from agentcache._log_output import reset_logging
 
     seen: list[Settings] = []
     monkeypatch.setattr("agentcache.proxy.serve", lambda config, settings=None: seen.append(settings))

@@ -14,7 +14,7 @@ from agentcache.adapters import canonicalize
 from agentcache.model._bounded import MAX_NAME_BYTES, bounded
 from agentcache.model._types import Api, TargetKind
 from agentcache.proxy._budget import PARSE_MEMO_BYTES_PER_CHAR, SHARES, Budget
-from agentcache.proxy._sessions import tenant_of
+from agentcache.proxy._caller import tenant_of
 from agentcache.session import Sessions
 from agentcache.session._pipeline import SCOPE_BYTES
 from agentcache.session._store import TOMBSTONE_BYTES

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from agentcache import PrometheusSink, Sessions, _cli, normalize_usage
 from agentcache._config import reset_settings
 from agentcache._exceptions import ConfigError
-from agentcache._logging import reset_logging
+from agentcache._log_output import reset_logging
 from agentcache.proxy import ProxyConfig, load_proxy_config
-from agentcache.proxy._sessions import tenant_of
+from agentcache.proxy._caller import tenant_of
 from tests.test_proxy_support import (
     ANTHROPIC_KEY,
     OTHER_KEY,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from agentcache._log import capture_logs
-from agentcache._logging import configure_logging
+from agentcache._log_output import configure_logging
 from agentcache._logview import readable, short_form
 from agentcache.model._types import TargetKind
 from agentcache.proxy import create_app, load_proxy_config

@@ -23,7 +23,7 @@ from agentcache.loaders import load
 from agentcache.loaders._paths import load_paths
 from agentcache.model._usage import normalize_usage
 from agentcache.proxy import ProxyConfig, ProxyState, _record_files
-from agentcache.proxy._sessions import tenant_of
+from agentcache.proxy._caller import tenant_of
 from tests.conftest import policy
 from tests.test_proxy_support import ANTHROPIC_KEY, anthropic_body, chat_body, conversation, eventually, proxy
 

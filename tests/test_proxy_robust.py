@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from agentcache.proxy import ProxyConfig, create_app
-from agentcache.proxy._sessions import header_value, tenant_of
+from agentcache.proxy._caller import header_value, tenant_of
 from agentcache.simulate._openai import partition_key
 from tests.test_proxy_live import RawUpstream
 from tests.test_proxy_support import (

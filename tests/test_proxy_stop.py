@@ -88,7 +88,7 @@ def test_sigterm_before_serving_still_ends_with_proxy_stopped() -> None:
     """A SIGTERM while uvicorn is still starting (its own handlers not yet installed) ends the same way."""
     code = (
         "import os, signal, uvicorn\n"
-        "from agentcache._logging import configure_logging\n"
+        "from agentcache._log_output import configure_logging\n"
         "from agentcache.proxy import load_proxy_config, serve\n"
         "def run(self, sockets=None):\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"

@@ -2,7 +2,7 @@
 
 **The live report** (``GET /agentcache/v1/report``, and the live page) is per tenant: a caller sees its own
 tenant's sessions, breaks, misses and totals, its tenant being the same salted hash of its API key that namespaces
-its sessions (:func:`~agentcache.proxy._sessions.tenant_of`; ``anonymous`` without a key, the namespace every
+its sessions (:func:`~agentcache.proxy._caller.tenant_of`; ``anonymous`` without a key, the namespace every
 keyless caller shares). All tenants at once, or ``?tenant=`` naming another tenant, need the admin token. Without
 a configured token, a caller with no key (a browser) of a proxy bound to loopback sees every tenant, as
 ``/metrics`` serves them there: the person at the machine, whose agents send keys; beyond loopback, nobody gets
@@ -33,9 +33,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
+from ._caller import ANONYMOUS, tenant_of
 from ._config import is_loopback
 from ._errors import style_for
-from ._sessions import ANONYMOUS, tenant_of
 from ._state import ProxyState
 
 __all__ = [

@@ -46,12 +46,12 @@ from .._config import Settings
 from ..session import StoreUnavailable
 from ._admin import NAMESPACE_ROUTE, PathRoute, close_route, metrics_denied, namespace_answer, report_tenant
 from ._boundary import Boundary, own_path
+from ._caller import tenant_of
 from ._config import ProxyConfig
 from ._core import handle_api, relay
 from ._errors import ROUTES, style_for
 from ._forward import DateHeader, UpstreamStreamError
 from ._live_page import live_page
-from ._sessions import tenant_of
 from ._state import ProxyState
 from ._trace import TraceContext
 

@@ -34,6 +34,7 @@ from ..model._types import Api, TargetKind
 from ..policies import KeepWarmDecision
 from ..session import Turn
 from ._boundary import BodyTimeout
+from ._caller import client_of, header_value, identity_of, tenant_of
 from ._errors import Style, style_for
 from ._exchange import (
     BadJSON,
@@ -49,7 +50,6 @@ from ._exchange import (
 from ._exchange import refused as refused_answer
 from ._finish import finish
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
-from ._sessions import client_of, header_value, identity_of, tenant_of
 from ._state import ProxyState
 from ._trace import tracing_sink
 

@@ -11,7 +11,7 @@ fields that the loader reads or leaves alone::
 
 ``body`` is the request body as the client sent it (its bytes, byte for byte: what the audit's ``as_sent`` arm
 simulates), ``sent`` the body agentcache sent upstream. ``session``/``parent`` are the session the proxy resolved
-(:mod:`agentcache.proxy._sessions`: a subagent's parent), ``tenant`` the salted hash of the caller's API key (never
+(:mod:`agentcache.proxy._caller`: a subagent's parent), ``tenant`` the salted hash of the caller's API key (never
 the key). ``usage`` is the response's usage as the upstream reported it (for a stream, what the usage tap read off
 its events), ``response`` its ``id`` with that usage and the provider's cache diagnostics
 (:meth:`~agentcache.model._bodytap.UsageTap.wire`; the generated text is not kept). ``timings``: seconds from the

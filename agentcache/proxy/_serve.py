@@ -95,7 +95,7 @@ def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
 
 def _worker_app(config: ProxyConfig, settings: Settings) -> WorkerApp:
     """The app each worker process builds for itself, with this process's settings and logging."""
-    from .._logging import configured_logging
+    from .._log_output import configured_logging
 
     return WorkerApp(config, settings, configured_logging())
 

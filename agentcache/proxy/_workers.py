@@ -74,7 +74,7 @@ class WorkerApp:
 
     def _build(self) -> Any:
         from .._config import use_settings
-        from .._logging import configure_logging
+        from .._log_output import configure_logging
         from ._app import create_app
         from ._server import quiet_stream_cuts
 

@@ -1,6 +1,6 @@
-"""The proxy's side of session identity: tenants from API keys, and the :class:`~agentcache.session.Identity` of
-a request from its headers and body (the precedence and the prefix index are the session core's:
-:mod:`agentcache.session._identity`).
+"""Who is calling, the proxy's side of session identity: tenants from API keys, and the
+:class:`~agentcache.session.Identity` of a request from its headers and body (the precedence and the prefix index
+are the session core's: :mod:`agentcache.session._identity`).
 
 **Tenants.** Every session lives in the namespace of the caller's API key (``x-api-key``, ``api-key``, or an
 ``Authorization: Bearer`` token), hashed with a salt: one tenant can never see, match or close another's session.
