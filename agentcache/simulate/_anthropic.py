@@ -55,7 +55,6 @@ __all__ = ["MAX_HOLDS", "AnthropicSimulator", "breakpoints", "last_cacheable", "
 
 #: Hold times a coalescing simulator keeps (for the distribution; the rest are only counted in results).
 MAX_HOLDS = 100_000
-_MINIMUM = MinimumLength()
 
 
 @dataclass(slots=True)
@@ -129,9 +128,9 @@ class AnthropicSimulator:
         tokens written ``(5m, 1h)``."""
         req, rules, now, read_idx = probe.req, probe.rules, probe.now, probe.read_idx
         for e in hits:
-            ent = scope.entries[req.chain[e]]
-            ent.expires = now + ent.ttl
-        long_enough = _MINIMUM.validator(probe)  # the rule that vetoes reads also vetoes writes
+            hit = scope.entries[req.chain[e]]
+            hit.expires = now + hit.ttl
+        long_enough = MinimumLength.reaches(probe)  # the rule that vetoes reads also vetoes writes
         write5 = write1h = 0
         covered = read_idx
         for b, ttl in probe.bps:

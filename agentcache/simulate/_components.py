@@ -14,7 +14,7 @@ The reuse boundary is the deepest block every component accepts (:func:`deepest`
 matched prefix (the longest prefix sent earlier in the scope), the simulator asks the components why, in its
 documented order, at a series of *sites*, most general first (:data:`Site`); the first component that refuses a
 site is the cause (:func:`first_refusal`). Anthropic's components are here; OpenAI's are in
-:mod:`agentcache.simulate._openai_rules`.
+:mod:`agentcache.simulate._components_openai`.
 """
 
 from __future__ import annotations
@@ -152,6 +152,11 @@ class AnthropicProbe:
     m_blocks: int = 0
     matched: int = 0
 
+    @property
+    def minimum(self) -> int:
+        """The model's minimum cacheable prefix, tokens."""
+        return self.rules.min_cacheable_tokens
+
 
 def markers_valid(req: CanonicalRequest, rules: AnthropicRules) -> bool:
     """True when Anthropic would accept ``req``'s markers (count, allowed blocks, TTL order)."""
@@ -206,18 +211,46 @@ class MarkerRules(Rule[AnthropicProbe]):
         return None
 
 
-class MinimumLength(Rule[AnthropicProbe]):
-    """``below_minimum``: a prefix shorter than the model's minimum cacheable length is neither written nor read;
-    the whole request is refused when its matched prefix is that short."""
+class Sized(Protocol):
+    """A probe of any provider, as far as :class:`MinimumLength` looks: the request, its matched tokens and the
+    model's minimum cacheable prefix (tokens)."""
+
+    @property
+    def req(self) -> CanonicalRequest: ...
+
+    @property
+    def matched(self) -> int: ...
+
+    @property
+    def minimum(self) -> int: ...
+
+
+class MinimumLength(Rule[Sized]):
+    """``below_minimum``: a prefix shorter than the model's minimum cacheable length is neither written nor read.
+    ``per``: ``"block"`` refuses such blocks (:meth:`validator`: Anthropic, whose breakpoints write and read at
+    blocks); ``"tokens"`` caps the tokens read to 0 instead (:meth:`tokens`: OpenAI, which reports a cached prefix
+    in tokens, whatever block its entry sits on). The whole request is refused when its matched prefix is that
+    short."""
 
     cause = C.BELOW_MINIMUM
 
-    def validator(self, probe: AnthropicProbe) -> Validator:
-        first = bisect_left(probe.req.cum_tokens, probe.rules.min_cacheable_tokens)  # cum_tokens never decreases
+    def __init__(self, per: Literal["block", "tokens"] = "block") -> None:
+        self.per = per
+
+    @staticmethod
+    def reaches(probe: Sized) -> Validator:
+        """Accepts the blocks whose prefix is at least the minimum long (what Anthropic's breakpoints write)."""
+        first = bisect_left(probe.req.cum_tokens, probe.minimum)  # cum_tokens never decreases
         return lambda i: i >= first
 
-    def refusal(self, probe: AnthropicProbe, site: Site, i: int) -> Refusal | None:
-        if site == "request" and probe.matched < probe.rules.min_cacheable_tokens:
+    def validator(self, probe: Sized) -> Validator | None:
+        return self.reaches(probe) if self.per == "block" else None
+
+    def tokens(self, probe: Sized, tokens: int) -> int:
+        return tokens if self.per == "block" or tokens >= probe.minimum else 0
+
+    def refusal(self, probe: Sized, site: Site, i: int) -> Refusal | None:
+        if site == "request" and probe.matched < probe.minimum:
             return self.refuse(None)
         return None
 
