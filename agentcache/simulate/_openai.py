@@ -20,6 +20,10 @@ breakpoint instead: each request writes at most 4 (in ``implicit`` mode one impl
 end of the newest message plus the latest 3 explicit ``prompt_cache_breakpoint`` parts; in
 ``explicit`` mode the latest 4 explicit ones), entries live 30 minutes from their last use, and a
 hit is the deepest entry on the request's path, with no lookback limit and no 128-token rounding.
+
+Each rule is a component with a veto (:mod:`agentcache.simulate._components_openai`): the read is the deepest
+block they accept, capped by the minimum and the 128-token steps; a shorter read than the matched prefix is
+explained by the first component, in their documented order, that refuses.
 """
 
 from __future__ import annotations
