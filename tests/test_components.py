@@ -18,9 +18,7 @@ from agentcache.simulate._components import (
     Lookback,
     MarkerRules,
     MinimumLength,
-    Refusal,
     deepest,
-    first_refusal,
 )
 from agentcache.simulate._components_openai import (
     OPENAI,
@@ -70,9 +68,9 @@ def test_marker_rules_reject_invalid_markers() -> None:
     five = sim.run(req(20, {3: "5m", 6: "5m", 9: "5m", 12: "5m", 19: "5m"}), 1.0)
     assert five.rejected and (five.loss_cause, five.loss_where) == (C.MARKERS_INVALID, None)
     assert (five.matched_tokens, five.usage.cache_read_tokens, five.usage.uncached_tokens) == (2000, 0, 2000)
-    bad = req(20, {3: "5m", 6: "5m", 9: "5m", 12: "5m", 19: "5m"})
-    probe = AnthropicProbe(bad, anthropic_rules(bad.model), {}, {}, 0.0, -1.0, [])
-    assert first_refusal(ANTHROPIC, probe, "request") == Refusal(C.MARKERS_INVALID, None)
+    rules = anthropic_rules("claude-opus-4-8")
+    assert MarkerRules.rejects(req(20, {3: "5m", 6: "5m", 9: "5m", 12: "5m", 19: "5m"}), rules)
+    assert not MarkerRules.rejects(req(20, {3: "5m", 6: "5m", 9: "5m", 19: "5m"}), rules)
 
 
 def _trailing_request(n_msgs: int, trailing: bool, mark_last: bool = True) -> CanonicalRequest:
@@ -97,6 +95,11 @@ def test_marker_rules_name_a_marker_on_a_dropped_trailing_block() -> None:
     r = sim.run(_trailing_request(13, trailing=False), 1.0)
     assert (r.matched_tokens, r.usage.cache_read_tokens, r.usage.cache_write_tokens) == (1200, 0, 1300)
     assert (r.loss_cause, r.loss_where) == (C.MARKERS_INVALID, "messages[11].content[0]")
+    # The same turn after a client that marked its message's own block: nobody marked the matched end.
+    plain = AnthropicSimulator()
+    plain.run(_trailing_request(12, trailing=False), 0.0)
+    fresh = plain.run(_trailing_request(14, trailing=False, mark_last=False), 1.0)
+    assert fresh.usage.cache_read_tokens == 0 and (fresh.loss_cause, fresh.loss_where) == (C.MARKERS_MISSING, None)
 
 
 def test_minimum_length_refuses_a_short_prefix() -> None:

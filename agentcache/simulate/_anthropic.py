@@ -31,17 +31,17 @@ Simplifications, documented: token counts are tiktoken estimates; blocks are the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 from ..model import _causes as C
 from ..model._canonical import CanonicalRequest
 from ..model._rules import anthropic_rules
 from ._base import Concurrency, ModelScopes, SeenIndex, SimResult, SimUsage
 from ._components import (
-    ANTHROPIC,
+    ANTHROPIC_CHECKS,
     AnthropicProbe,
     Entry,
     Lookback,
+    MarkerRules,
     MinimumLength,
     breakpoints,
     deepest,
@@ -95,17 +95,20 @@ class AnthropicSimulator:
         m_blocks = scope.seen.depth(req)
         matched = req.tokens_before(m_blocks)
         prompt = req.tokens
-        if not markers_valid(req, rules):  # the provider answers 400: nothing read or written
+        marks = breakpoints(req)
+        if MarkerRules.rejects(req, rules, marks):  # the provider answers 400: nothing read or written
             usage = SimUsage(prompt, 0, 0, prompt, rules.cost(prompt, 0, 0, 0))
             return SimResult(usage, matched, C.MARKERS_INVALID, None, rejected=True)
 
         hold = conc.hold if conc is not None and conc.coalesce else -1.0
-        bps = [(i, rules.ttl_1h_seconds if m.ttl == "1h" else rules.ttl_5m_seconds) for i, m in breakpoints(req)]
-        probe = AnthropicProbe(req, rules, scope.entries, scope.trailing, now, hold, bps, _ordinals(req))
-        # Each breakpoint reads the deepest block of its lookback window every component accepts.
-        checks = validators(ANTHROPIC, probe)
-        hits = [h for w in Lookback.windows(probe) if (h := deepest(w, checks)) >= 0]
-        wait = max((scope.entries[req.chain[e]].readable - now for e in hits), default=0.0)
+        bps = [(i, rules.ttl_1h_seconds if m.ttl == "1h" else rules.ttl_5m_seconds) for i, m in marks]
+        probe = AnthropicProbe(req, rules, scope.entries, scope.trailing, now, hold, bps)
+        hits: list[int] = []
+        wait = 0.0
+        if bps:  # each breakpoint reads the deepest block of its lookback window every component accepts
+            checks = validators(ANTHROPIC_CHECKS, probe)
+            hits = [h for w in Lookback.windows(probe) if (h := deepest(w, checks)) >= 0]
+            wait = max([scope.entries[req.chain[e]].readable - now for e in hits], default=0.0)
         if wait > 0:  # coalesced: the request is sent when the writer answered
             if len(self.holds) < MAX_HOLDS:
                 self.holds.append(wait)
@@ -116,7 +119,7 @@ class AnthropicSimulator:
         read = req.tokens_before(probe.read_idx + 1)
         cause, where = explain_anthropic(probe) if read < matched else (None, None)
         # Mutate only after the explanation, which needs the state the request found.
-        write5, write1h = self._write(probe, scope, hits, ttft)
+        write5, write1h = self._write(probe, scope, hits, ttft) if bps else (0, 0)  # only breakpoints write
         scope.seen.add(req)
         uncached = prompt - read - write5 - write1h
         usage = SimUsage(prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h)
@@ -156,11 +159,3 @@ class AnthropicSimulator:
             if b and req.blocks[b].message is not None and req.blocks[b - 1].message == req.blocks[b].message:
                 scope.trailing[req.chain[b - 1]] = now + ttl
         return write5, write1h
-
-
-def _ordinals(req: CanonicalRequest) -> list[int]:
-    """Content-block ordinal of every block (option blocks share their successor's ordinal)."""
-    counted = accumulate([b.section != "option" for b in req.blocks], initial=0)  # one pass, in C
-    out = list(counted)
-    out.pop()
-    return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import ClassVar, Generic, Literal, NamedTuple, Protocol, TypeVar
 
 from ..model import _causes as C
@@ -136,9 +137,9 @@ class AnthropicProbe:
     """One Anthropic request against one cache scope at ``now`` (seconds). ``entries``: the scope's entries by
     chain hash; ``trailing``: entries written on a block that was not its message's first, by the chain hash of
     the block before it, with their expiry. ``hold``: the seconds a coalescing simulator waits for a writer (-1:
-    none). ``bps``: effective breakpoints ``(block index, TTL seconds)``; ``ordinal``: content-block ordinal of
-    every block. ``read_idx``, ``m_blocks``, ``matched``: the boundary (block index, -1 for none), the matched
-    depth (blocks) and its tokens, set once the boundary is found."""
+    none). ``bps``: effective breakpoints ``(block index, TTL seconds)``. ``read_idx``, ``m_blocks``, ``matched``:
+    the boundary (block index, -1 for none), the matched depth (blocks) and its tokens, set once the boundary is
+    found."""
 
     req: CanonicalRequest
     rules: AnthropicRules
@@ -147,19 +148,32 @@ class AnthropicProbe:
     now: float
     hold: float
     bps: list[tuple[int, float]]
-    ordinal: list[int] = field(default_factory=list)
     read_idx: int = -1
     m_blocks: int = 0
     matched: int = 0
+    _ordinal: list[int] | None = field(default=None, init=False, repr=False)
 
     @property
     def minimum(self) -> int:
         """The model's minimum cacheable prefix, tokens."""
         return self.rules.min_cacheable_tokens
 
+    @property
+    def ordinal(self) -> list[int]:
+        """Content-block ordinal of every block (option blocks share their successor's ordinal). Computed on first
+        use: a request without breakpoints is explained before anything counts blocks."""
+        if self._ordinal is None:
+            counted = list(accumulate([b.section != "option" for b in self.req.blocks], initial=0))  # one pass, in C
+            counted.pop()
+            self._ordinal = counted
+        return self._ordinal
 
-def markers_valid(req: CanonicalRequest, rules: AnthropicRules) -> bool:
-    """True when Anthropic would accept ``req``'s markers (count, allowed blocks, TTL order)."""
+
+def markers_valid(
+    req: CanonicalRequest, rules: AnthropicRules, effective: list[tuple[int, Marker]] | None = None
+) -> bool:
+    """True when Anthropic would accept ``req``'s markers (count, allowed blocks, TTL order). ``effective``:
+    ``breakpoints(req)`` when the caller has it already."""
     marks = req.markers()
     if len(marks) + (1 if req.top_marker else 0) > rules.max_breakpoints:
         return False
@@ -167,7 +181,7 @@ def markers_valid(req: CanonicalRequest, rules: AnthropicRules) -> bool:
         b = req.blocks[i]
         if b.empty or b.kind in _NO_MARKER_KINDS or m.ttl not in ("5m", "1h"):
             return False
-    ttls = [m.ttl for _, m in breakpoints(req)]
+    ttls = [m.ttl for _, m in (breakpoints(req) if effective is None else effective)]
     return "5m" not in ttls or "1h" not in ttls[ttls.index("5m") :]
 
 
@@ -191,16 +205,22 @@ def breakpoints(req: CanonicalRequest) -> list[tuple[int, Marker]]:
 
 
 class MarkerRules(Rule[AnthropicProbe]):
-    """``markers.invalid``: Anthropic rejects a request whose markers it does not accept (:func:`markers_valid`:
-    the simulator checks this first and counts the request as refused). At the ``end`` site: the matched prefix
-    ends where a message ends, and an entry still alive was written on a later block of that message, a trailing
-    block this client dropped: the marker sat on it."""
+    """``markers.invalid``: Anthropic rejects a request whose markers it does not accept (:meth:`rejects`: the
+    simulator asks first, before any probe, and counts the request as refused: nothing read or written). At the
+    ``end`` site: the matched prefix ends where a message ends, and an entry still alive was written on a later
+    block of that message, a trailing block this client dropped: the marker sat on it."""
 
     cause = C.MARKERS_INVALID
 
+    @staticmethod
+    def rejects(
+        req: CanonicalRequest, rules: AnthropicRules, effective: list[tuple[int, Marker]] | None = None
+    ) -> bool:
+        """True when Anthropic answers ``req`` with HTTP 400 (:func:`markers_valid` is False; ``effective``: its
+        breakpoints, when known)."""
+        return not markers_valid(req, rules, effective)
+
     def refusal(self, probe: AnthropicProbe, site: Site, i: int) -> Refusal | None:
-        if site == "request":
-            return None if markers_valid(probe.req, probe.rules) else self.refuse(None)
         if site != "end":
             return None
         blocks = probe.req.blocks
@@ -345,14 +365,18 @@ class Breakpoints(Rule[AnthropicProbe]):
 
 #: Anthropic's components in the order a loss is explained (docs/simulators.md): at every site the first one
 #: that refuses is the cause. The order keeps the simulator's reports as they were before components.
+_MINIMUM, _ALIVE, _READABLE, _BREAKPOINTS = MinimumLength(), EntryAlive(), EntryReadable(), Breakpoints()
 ANTHROPIC: tuple[Component[AnthropicProbe], ...] = (
     MarkerRules(),
-    MinimumLength(),
-    EntryAlive(),
-    EntryReadable(),
+    _MINIMUM,
+    _ALIVE,
+    _READABLE,
     Lookback(),
-    Breakpoints(),
+    _BREAKPOINTS,
 )
+#: The components that refuse single blocks, in the order a read point is checked: most blocks hold no entry, so
+#: that check goes first (every one must accept: the order changes only the cost, never the boundary).
+ANTHROPIC_CHECKS: tuple[Component[AnthropicProbe], ...] = (_ALIVE, _READABLE, _MINIMUM, _BREAKPOINTS)
 
 
 def explain_anthropic(probe: AnthropicProbe, components: Sequence[Component[AnthropicProbe]] = ANTHROPIC) -> Refusal:
