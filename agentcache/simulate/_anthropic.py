@@ -21,71 +21,50 @@ first byte (its start + TTFT), so requests that overlap do not read each other's
 most ``hold`` seconds; ``SimResult.held_s``) and reads it, as agentcache's coalescer does. Without it, an entry is
 readable as soon as the writing request starts (recorded order breaks ties).
 
+Each rule is a component with a veto (:mod:`agentcache.simulate._components`): a breakpoint reads the deepest
+block of its lookback window that every component accepts, and a shorter read than the matched prefix is
+explained by the first component, in their documented order, that refuses.
+
 Simplifications, documented: token counts are tiktoken estimates; blocks are the matching unit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 from ..model import _causes as C
-from ..model._canonical import CanonicalRequest, Marker
-from ..model._rules import AnthropicRules, anthropic_rules
+from ..model._canonical import CanonicalRequest
+from ..model._rules import anthropic_rules
 from ._base import Concurrency, ModelScopes, SeenIndex, SimResult, SimUsage
+from ._components import (
+    ANTHROPIC_CHECKS,
+    AnthropicProbe,
+    Entry,
+    Lookback,
+    MarkerRules,
+    MinimumLength,
+    breakpoints,
+    deepest,
+    explain_anthropic,
+    last_cacheable,
+    markers_valid,
+    validators,
+)
 
-_NO_MARKER_KINDS = frozenset({"thinking", "redacted_thinking"})
+__all__ = ["MAX_HOLDS", "AnthropicSimulator", "breakpoints", "last_cacheable", "markers_valid"]
+
 #: Hold times a coalescing simulator keeps (for the distribution; the rest are only counted in results).
 MAX_HOLDS = 100_000
 
 
 @dataclass(slots=True)
-class _Entry:
-    expires: float
-    ttl: float
-    readable: float = 0.0  # the writer's first byte: reads hit from then on
-
-
-@dataclass(slots=True)
 class _Scope:
-    entries: dict[bytes, _Entry] = field(default_factory=dict)
+    entries: dict[bytes, Entry] = field(default_factory=dict)
     seen: SeenIndex = field(default_factory=SeenIndex)
     #: Entries written on a block that is not its message's first, by the chain hash of the block before it (the
     #: same message's): when that entry expires. A request that stops matching right there, where its message
     #: ends, had the marker on a trailing block its client dropped (``markers.invalid``).
     trailing: dict[bytes, float] = field(default_factory=dict)
-
-
-def markers_valid(req: CanonicalRequest, rules: AnthropicRules) -> bool:
-    """True when Anthropic would accept ``req``'s markers (count, allowed blocks, TTL order)."""
-    marks = req.markers()
-    if len(marks) + (1 if req.top_marker else 0) > rules.max_breakpoints:
-        return False
-    for i, m in marks:
-        b = req.blocks[i]
-        if b.empty or b.kind in _NO_MARKER_KINDS or m.ttl not in ("5m", "1h"):
-            return False
-    ttls = [m.ttl for _, m in breakpoints(req)]
-    return "5m" not in ttls or "1h" not in ttls[ttls.index("5m") :]
-
-
-def last_cacheable(req: CanonicalRequest) -> int | None:
-    """Index of the last block a marker may sit on (not an option, empty or thinking block)."""
-    for i in range(len(req.blocks) - 1, -1, -1):
-        b = req.blocks[i]
-        if not (b.is_option or b.empty or b.kind in _NO_MARKER_KINDS):
-            return i
-    return None
-
-
-def breakpoints(req: CanonicalRequest) -> list[tuple[int, Marker]]:
-    """Effective breakpoints ``(block index, Marker)`` in prefix order, the top-level one included."""
-    marks = dict(req.markers())
-    if req.top_marker is not None:
-        last = last_cacheable(req)
-        if last is not None and last not in marks:
-            marks[last] = req.top_marker
-    return sorted(marks.items())
 
 
 class AnthropicSimulator:
@@ -110,51 +89,54 @@ class AnthropicSimulator:
         start to its first response byte when recorded (else the concurrency's TTFT)."""
         conc = self.concurrency
         ttft = (first_byte if first_byte is not None else conc.ttft) if conc is not None else 0.0
-        hold_limit = conc.hold if conc is not None and conc.coalesce else -1.0
         model = self._model or req.model
         rules = anthropic_rules(model)
         scope = self._scopes.get(model)
         m_blocks = scope.seen.depth(req)
         matched = req.tokens_before(m_blocks)
         prompt = req.tokens
-        if not markers_valid(req, rules):
+        marks = breakpoints(req)
+        if MarkerRules.rejects(req, rules, marks):  # the provider answers 400: nothing read or written
             usage = SimUsage(prompt, 0, 0, prompt, rules.cost(prompt, 0, 0, 0))
             return SimResult(usage, matched, C.MARKERS_INVALID, None, rejected=True)
 
-        ordinal = _ordinals(req)
-        bps = [(i, rules.ttl_1h_seconds if m.ttl == "1h" else rules.ttl_5m_seconds) for i, m in breakpoints(req)]
+        hold = conc.hold if conc is not None and conc.coalesce else -1.0
+        bps = [(i, rules.ttl_1h_seconds if m.ttl == "1h" else rules.ttl_5m_seconds) for i, m in marks]
+        probe = AnthropicProbe(req, rules, scope.entries, scope.trailing, now, hold, bps)
         hits: list[int] = []
         wait = 0.0
-        for b, _ in bps:
-            e = b
-            while e >= 0 and ordinal[b] - ordinal[e] <= rules.lookback_blocks:
-                ent = scope.entries.get(req.chain[e])
-                if ent is not None and ent.expires > now and not req.blocks[e].is_option:
-                    if ent.readable <= now:
-                        hits.append(e)
-                        break
-                    if ent.readable - now <= hold_limit:  # coalesced: wait for the writer's first byte
-                        wait = max(wait, ent.readable - now)
-                        hits.append(e)
-                        break
-                e -= 1
-        if wait > 0:
+        if bps:  # each breakpoint reads the deepest block of its lookback window every component accepts
+            checks = validators(ANTHROPIC_CHECKS, probe)
+            hits = [h for w in Lookback.windows(probe) if (h := deepest(w, checks)) >= 0]
+            wait = max([scope.entries[req.chain[e]].readable - now for e in hits], default=0.0)
+        if wait > 0:  # coalesced: the request is sent when the writer answered
             if len(self.holds) < MAX_HOLDS:
                 self.holds.append(wait)
-            now += wait  # the request is sent when the writer answered
-        read_idx = max(hits, default=-1)
-        read = req.tokens_before(read_idx + 1)
-        cause, where = (None, None)
-        if read < matched:
-            cause, where = self._attribute(req, scope, rules, bps, ordinal, read_idx, m_blocks, matched, now)
+            now += wait
+        else:
+            wait = 0.0
+        probe.now, probe.read_idx, probe.m_blocks, probe.matched = now, max(hits, default=-1), m_blocks, matched
+        read = req.tokens_before(probe.read_idx + 1)
+        cause, where = explain_anthropic(probe) if read < matched else (None, None)
+        # Mutate only after the explanation, which needs the state the request found.
+        write5, write1h = self._write(probe, scope, hits, ttft) if bps else (0, 0)  # only breakpoints write
+        scope.seen.add(req)
+        uncached = prompt - read - write5 - write1h
+        usage = SimUsage(prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h)
+        return SimResult(usage, matched, cause, where, held_s=wait)
 
-        # Mutate only after attribution, which needs the state the request found.
+    @staticmethod
+    def _write(probe: AnthropicProbe, scope: _Scope, hits: list[int], ttft: float) -> tuple[int, int]:
+        """Refresh the entries read, write one past the read point at every breakpoint long enough; returns the
+        tokens written ``(5m, 1h)``."""
+        req, rules, now, read_idx = probe.req, probe.rules, probe.now, probe.read_idx
         for e in hits:
-            ent = scope.entries[req.chain[e]]
-            ent.expires = now + ent.ttl
+            hit = scope.entries[req.chain[e]]
+            hit.expires = now + hit.ttl
+        long_enough = MinimumLength.reaches(probe)  # the rule that vetoes reads also vetoes writes
         write5 = write1h = 0
         covered = read_idx
-        for b, ttl in bps:
+        for b, ttl in probe.bps:
             ent = scope.entries.get(req.chain[b])
             if b <= read_idx:
                 # Already read: nothing is written here (Anthropic bills writes only past the highest
@@ -162,7 +144,7 @@ class AnthropicSimulator:
                 if ent is not None and ent.expires > now:
                     ent.expires = max(ent.expires, now + ent.ttl)
                 continue
-            if req.tokens_before(b + 1) < rules.min_cacheable_tokens:
+            if not long_enough(b):
                 continue
             seg = req.tokens_before(b + 1) - req.tokens_before(covered + 1)
             if ttl >= rules.ttl_1h_seconds:
@@ -173,58 +155,7 @@ class AnthropicSimulator:
             readable = now + ttft
             if ent is not None and ent.expires > now:  # a concurrent writer of the same entry answers first
                 readable = min(readable, ent.readable)
-            scope.entries[req.chain[b]] = _Entry(now + ttl, ttl, readable)
+            scope.entries[req.chain[b]] = Entry(now + ttl, ttl, readable)
             if b and req.blocks[b].message is not None and req.blocks[b - 1].message == req.blocks[b].message:
                 scope.trailing[req.chain[b - 1]] = now + ttl
-        scope.seen.add(req)
-        uncached = prompt - read - write5 - write1h
-        usage = SimUsage(prompt, read, write5 + write1h, uncached, rules.cost(uncached, read, write5, write1h), write1h)
-        return SimResult(usage, matched, cause, where, held_s=wait)
-
-    @staticmethod
-    def _attribute(
-        req: CanonicalRequest,
-        scope: _Scope,
-        rules: AnthropicRules,
-        bps: list[tuple[int, float]],
-        ordinal: list[int],
-        read_idx: int,
-        m_blocks: int,
-        matched: int,
-        now: float,
-    ) -> tuple[str, str | None]:
-        if matched < rules.min_cacheable_tokens:
-            return C.BELOW_MINIMUM, None
-        if not bps:
-            return C.MARKERS_MISSING, None
-        alive = -1
-        for i in range(read_idx + 1, m_blocks):
-            ent = scope.entries.get(req.chain[i])
-            if ent is None:
-                continue
-            if ent.expires <= now:
-                return C.TTL_EXPIRED, req.blocks[i].path
-            if ent.readable > now:  # written by a request that has not started its response yet
-                return C.WRITE_IN_FLIGHT, req.blocks[i].path
-            alive = i
-        if alive > read_idx:
-            beyond = [b for b, _ in bps if b >= alive]
-            if beyond:
-                return C.LOOKBACK_EXCEEDED, req.blocks[beyond[0]].path
-            return C.MARKERS_MISSING, req.blocks[alive].path
-        last = req.blocks[m_blocks - 1]
-        ends = m_blocks == len(req.blocks) or req.blocks[m_blocks].message != last.message
-        if ends and last.message is not None and scope.trailing.get(req.chain[m_blocks - 1], 0.0) > now:
-            return C.MARKERS_INVALID, last.path  # the marker sat on a block of this message the client dropped
-        start = ordinal[read_idx] if read_idx >= 0 else -1
-        if ordinal[m_blocks - 1] - start > rules.lookback_blocks:
-            return C.LOOKBACK_EXCEEDED, req.blocks[m_blocks - 1].path
-        return C.MARKERS_MISSING, req.blocks[m_blocks - 1].path
-
-
-def _ordinals(req: CanonicalRequest) -> list[int]:
-    """Content-block ordinal of every block (option blocks share their successor's ordinal)."""
-    counted = accumulate([b.section != "option" for b in req.blocks], initial=0)  # one pass, in C
-    out = list(counted)
-    out.pop()
-    return out
+        return write5, write1h

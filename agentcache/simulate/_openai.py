@@ -20,6 +20,10 @@ breakpoint instead: each request writes at most 4 (in ``implicit`` mode one impl
 end of the newest message plus the latest 3 explicit ``prompt_cache_breakpoint`` parts; in
 ``explicit`` mode the latest 4 explicit ones), entries live 30 minutes from their last use, and a
 hit is the deepest entry on the request's path, with no lookback limit and no 128-token rounding.
+
+Each rule is a component with a veto (:mod:`agentcache.simulate._components_openai`): the read is the deepest
+block they accept, capped by the minimum and the 128-token steps; a shorter read than the matched prefix is
+explained by the first component, in their documented order, that refuses.
 """
 
 from __future__ import annotations
@@ -28,13 +32,18 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..model import _causes as C
 from ..model._bounded import bounded
 from ..model._canonical import CanonicalRequest
-from ..model._rules import OpenAIRules, openai_rules
+from ..model._rules import openai_rules
 from ._base import ModelScopes, SeenIndex, SimResult, SimUsage
+from ._components import Refusal, capped, deepest, first_refusal, validators
+from ._components_openai import OPENAI, OPENAI_BREAKPOINTS, OpenAIProbe, RoutingKey, cached_tokens
+
+__all__ = ["OpenAISimulator", "cached_tokens", "partition_key", "routing_hash"]
 
 _EXTENDED = ("24h", "extended")
+_ROUTING = RoutingKey()
+_NONE = Refusal(None, None)
 
 
 @dataclass(slots=True)
@@ -81,14 +90,6 @@ def partition_key(cache_key: object) -> str:
     return bounded(json.dumps(cache_key, sort_keys=True, default=repr))
 
 
-def cached_tokens(tokens: int, rules: OpenAIRules) -> int:
-    """Tokens OpenAI reports as cached for a ``tokens``-long cached prefix (0 below the minimum)."""
-    if tokens < rules.min_cacheable_tokens:
-        return 0
-    step = rules.hit_increment_tokens
-    return rules.min_cacheable_tokens + (tokens - rules.min_cacheable_tokens) // step * step
-
-
 class OpenAISimulator:
     """Replays canonical requests, in time order, through one model of OpenAI's prompt cache. ``overflow``: the
     times given to :meth:`run` are real, so a partition above its per-minute rate overflows (module docstring)."""
@@ -113,27 +114,16 @@ class OpenAISimulator:
             partition = scope.partitions[key] = _Partition()
         part = partition.machine(now, rules.requests_per_minute_per_key if self.overflow else None)
         ttl = rules.extended_ttl_seconds if (req.retention or "") in _EXTENDED else rules.in_memory_ttl_seconds
+        probe = OpenAIProbe(req, rules, part, now, ttl, m_blocks, matched)
         if rules.breakpoints:
-            return self._run_breakpoints(req, now, rules, part, scope, m_blocks, matched)
-        depth = present = 0
-        for i, h in enumerate(req.chain):
-            last = part.get(h)
-            if last is None:
-                break
-            present = i + 1
-            if now - last <= ttl:
-                depth = i + 1
+            return self._run_breakpoints(probe, scope)
+        # The machine's entries are the tree: the request walks down it while it holds the prefix (SGLang's raw
+        # match); the boundary is the deepest block of that walk every component accepts.
+        probe.present = _ROUTING.held(probe)
+        probe.depth = deepest(range(probe.present - 1, -1, -1), validators(OPENAI, probe)) + 1
         prompt = req.tokens
-        read = cached_tokens(req.tokens_before(depth), rules) if prompt >= rules.min_cacheable_tokens else 0
-        cause: str | None = None
-        where: str | None = None
-        if read < matched:
-            if matched < rules.min_cacheable_tokens or prompt < rules.min_cacheable_tokens:
-                cause = C.BELOW_MINIMUM
-            elif present < m_blocks and req.cache_key:
-                cause, where = C.CACHE_KEY_CHANGED, "prompt_cache_key"
-            elif present > depth:
-                cause, where = C.TTL_EXPIRED, req.blocks[depth].path
+        read = capped(OPENAI, probe, req.tokens_before(probe.depth))
+        cause, where = (first_refusal(OPENAI, probe, "request") or _NONE) if read < matched else _NONE
         for h in req.chain:
             part[h] = now
         scope.seen.add(req)
@@ -141,15 +131,8 @@ class OpenAISimulator:
         return SimResult(SimUsage(prompt, read, 0, uncached, rules.cost(uncached, read)), matched, cause, where)
 
     @staticmethod
-    def _run_breakpoints(
-        req: CanonicalRequest,
-        now: float,
-        rules: OpenAIRules,
-        part: dict[bytes, float],
-        scope: _Scope,
-        m_blocks: int,
-        matched: int,
-    ) -> SimResult:
+    def _run_breakpoints(probe: OpenAIProbe, scope: _Scope) -> SimResult:
+        req, rules, part, now = probe.req, probe.rules, probe.part, probe.now
         explicit = [i for i, _ in req.markers()]
         mode = str(req.extra.get("cache_mode") or "implicit")
         if mode == "explicit":
@@ -157,31 +140,14 @@ class OpenAISimulator:
         else:
             last = max((i for i, b in enumerate(req.blocks) if b.message is not None), default=None)
             written = explicit[-rules.max_explicit_with_implicit :] + ([last] if last is not None else [])
-        read_idx = -1
-        expired = False
-        for i in range(len(req.chain) - 1, -1, -1):
-            expires = part.get(req.chain[i])
-            if expires is None:
-                continue
-            if expires > now:
-                read_idx = i
-                break
-            expired = True
+        # No lookback limit: the deepest block on the request's path every component accepts.
+        read_idx = deepest(range(len(req.chain) - 1, -1, -1), validators(OPENAI_BREAKPOINTS, probe))
+        probe.depth = read_idx + 1
         prompt = req.tokens
-        read = req.tokens_before(read_idx + 1)
-        if read < rules.min_cacheable_tokens:
-            read = 0
-        cause: str | None = None
-        where: str | None = None
-        if read < matched:
-            if matched < rules.min_cacheable_tokens:
-                cause = C.BELOW_MINIMUM
-            elif expired:
-                cause = C.TTL_EXPIRED
-            elif req.cache_key and not any(h in part for h in req.chain[:m_blocks]):
-                cause, where = C.CACHE_KEY_CHANGED, "prompt_cache_key"
-            else:
-                cause = C.MARKERS_MISSING
+        read = capped(OPENAI_BREAKPOINTS, probe, req.tokens_before(probe.depth))
+        cause, where = _NONE
+        if read < probe.matched:
+            cause, where = first_refusal(OPENAI_BREAKPOINTS, probe, "request") or _NONE
         if read_idx >= 0:
             part[req.chain[read_idx]] = now + rules.breakpoint_ttl_seconds
         for i in written:
@@ -189,4 +155,5 @@ class OpenAISimulator:
                 part[req.chain[i]] = now + rules.breakpoint_ttl_seconds
         scope.seen.add(req)
         uncached = prompt - read
-        return SimResult(SimUsage(prompt, read, 0, uncached, rules.cost(uncached, read)), matched, cause, where)
+        usage = SimUsage(prompt, read, 0, uncached, rules.cost(uncached, read))
+        return SimResult(usage, probe.matched, cause, where)
