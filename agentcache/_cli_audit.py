@@ -27,6 +27,7 @@ import typer
 
 from ._cli_base import ConfigFile, FormatChoice
 from ._cli_errors import EXIT_BAD_INPUT, Errors, fail
+from .model._types import Breakdown
 
 if TYPE_CHECKING:
     from .analysis._inferred import ExactCauses
@@ -43,16 +44,6 @@ class ProviderChoice(StrEnum):
     anthropic = "anthropic"
     openai = "openai"
     engine = "engine"
-
-
-class ByChoice(StrEnum):
-    """Values of ``audit --by``: the breakdown tables of an audit of agents' logs."""
-
-    day = "day"
-    project = "project"
-    model = "model"
-    client = "client"
-    session = "session"
 
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
@@ -109,7 +100,7 @@ def audit_command(
         str | None, typer.Option(help="Only calls whose project (working directory) contains this text.")
     ] = None,
     by: Annotated[
-        list[ByChoice] | None,
+        list[Breakdown] | None,
         typer.Option(help="Breakdown tables of an agents' log audit, repeatable (default: day and session)."),
     ] = None,
     provider: Annotated[

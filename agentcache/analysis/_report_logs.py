@@ -7,13 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..model._types import Breakdown
 from ._report import ArmMetrics
 
 __all__ = ["BY", "FIXES", "SPEND", "SPEND_LABELS", "CauseRow", "GroupRow", "SourceRow"]
 
 #: The breakdowns an audit of agents' logs can show (``--by``), in the order reports list them (``session`` is the
 #: report's own session list; the others are its ``groups``).
-BY = ("day", "project", "model", "client", "session")
+BY: tuple[str, ...] = tuple(b.value for b in Breakdown)
 
 
 #: What to do about each cause a log audit names (shown beside it; ``fix`` in the JSON).

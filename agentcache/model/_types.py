@@ -72,3 +72,14 @@ def parse_engine(name: str) -> Engine:
         choices = ", ".join(e.value for e in Engine)
         raise ConfigError(f"unknown engine {name!r}; expected one of {choices} (aliases: {engine_aliases()})")
     return engine
+
+
+class Breakdown(StrEnum):
+    """A breakdown table of an audit of agents' logs (``audit --by``): calls grouped per day (UTC), project
+    (working directory), model, client (the agent CLI) or session."""
+
+    DAY = "day"
+    PROJECT = "project"
+    MODEL = "model"
+    CLIENT = "client"
+    SESSION = "session"
