@@ -177,19 +177,10 @@ class AnthropicMessages(Wire):
     keeps_warm: ClassVar[bool] = True
     error_style: ClassVar[ErrorStyle] = "anthropic"
 
-    def canonicalize(
-        self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
-    ) -> CanonicalRequest:
-        """See :func:`canonicalize`."""
-        return canonicalize(body, counter, cache)
-
-    def apply(self, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
-        """See :func:`apply`."""
-        return apply(body, plan)
-
-    def reshaped(self, block: Block, marker: Marker | None) -> Block:
-        """See :func:`reshaped`."""
-        return reshaped(block, marker)
+    # body ⇄ canonical model: this module's functions
+    canonicalize = staticmethod(canonicalize)
+    apply = staticmethod(apply)
+    reshaped = staticmethod(reshaped)
 
     def replay_headers(self, api_key: str | None) -> dict[str, str]:
         """``anthropic-version`` and, with a key, ``x-api-key``."""

@@ -133,19 +133,10 @@ class OpenAIChat(Wire):
     sdk_path: ClassVar[str] = "/chat/completions"
     sdk_resource: ClassVar[tuple[str, ...]] = ("chat", "completions")
 
-    def canonicalize(
-        self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
-    ) -> CanonicalRequest:
-        """See :func:`canonicalize`."""
-        return canonicalize(body, counter, cache)
-
-    def apply(self, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
-        """See :func:`apply`."""
-        return apply(body, plan)
-
-    def reshaped(self, block: Block, marker: Marker | None) -> Block:
-        """See :func:`reshaped`."""
-        return reshaped(block, marker)
+    # body ⇄ canonical model: this module's functions
+    canonicalize = staticmethod(canonicalize)
+    apply = staticmethod(apply)
+    reshaped = staticmethod(reshaped)
 
 
 WIRE = OpenAIChat()

@@ -132,19 +132,10 @@ class OpenAIResponses(Wire):
         {"response.completed", "response.incomplete", "response.failed"}
     )
 
-    def canonicalize(
-        self, body: dict[str, Any], counter: TokenCounter | None = None, cache: BlockCache | None = None
-    ) -> CanonicalRequest:
-        """See :func:`canonicalize`."""
-        return canonicalize(body, counter, cache)
-
-    def apply(self, body: dict[str, Any], plan: WirePlan) -> dict[str, Any]:
-        """See :func:`apply`."""
-        return apply(body, plan)
-
-    def reshaped(self, block: Block, marker: Marker | None) -> Block:
-        """See :func:`reshaped`."""
-        return reshaped(block, marker)
+    # body ⇄ canonical model: this module's functions
+    canonicalize = staticmethod(canonicalize)
+    apply = staticmethod(apply)
+    reshaped = staticmethod(reshaped)
 
     #: Replay sends Chat or Messages; nothing is converted to Responses.
     replay_target: ClassVar[bool] = False
