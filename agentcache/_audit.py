@@ -151,7 +151,9 @@ def audit(
         report = ledger.report(name, _report_model(recs, name, model))
     report.errors = errors
     failed = {(e.source or "", e.record) for e in errors}
-    report.models = _models_seen([r for r in recs if (r.source or "", r.index) not in failed], name, model)
+    kept = [n for n, r in enumerate(recs) if (r.source or "", r.index) not in failed]
+    providers = [str(per_record[n].name) if per_record is not None else str(name) for n in kept]
+    report.models = _models_seen([recs[n] for n in kept], providers, model)
     report.provider_misses = provider_misses
     report.call_ids = call_ids
     return report
@@ -196,17 +198,18 @@ def _provider_miss(rec: Record, index: int, divergence: Any, out: list[ProviderM
     )
 
 
-def _models_seen(recs: list[Record], provider: str, model: str | None) -> list[ModelRecord]:
-    """Each model the records name (or ``model``, when every request is priced as it), with whether the
-    provider's price table knows it; none for an engine (no prices)."""
-    if provider == TargetKind.ENGINE:
-        return []
-    counts: dict[str, int] = {}
-    for r in recs:
-        name = model or str(r.body.get("model") or "")
-        counts[name] = counts.get(name, 0) + 1
+def _models_seen(recs: list[Record], providers: list[str], model: str | None) -> list[ModelRecord]:
+    """Each model the records name (or ``model``, when every request is priced as it) under the provider whose
+    rules priced it (``providers``: one per record), with whether that provider's price table knows it; none for an
+    engine (no prices)."""
+    counts: dict[tuple[str, str], int] = {}
+    for r, provider in zip(recs, providers, strict=True):
+        if provider == TargetKind.ENGINE:
+            continue
+        key = (provider, model or str(r.body.get("model") or ""))
+        counts[key] = counts.get(key, 0) + 1
     out = []
-    for name, n in sorted(counts.items()):
+    for (provider, name), n in sorted(counts.items()):
         priced_as, known = lookup_model(provider, name or None)
         out.append(ModelRecord(provider, name, known, priced_as, n))
     return out

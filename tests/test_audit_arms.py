@@ -298,3 +298,30 @@ def test_jsonl_openai_usage_simulator_error(tmp_path: Path) -> None:
     for e, turn, (p, c) in zip(errs, report.turns, usages, strict=True):
         assert e.error()["cache_read_tokens"] == turn.arms["as_sent"].cache_read_tokens - c
         assert e.error()["prompt_tokens"] == turn.arms["as_sent"].prompt_tokens - p
+
+
+def test_traffic_that_mixes_apis_is_priced_and_bounded_per_api() -> None:
+    """A recording of Claude Code and Codex through one proxy: each request under its own API's provider, in the
+    model table (no "unknown anthropic model gpt-5.4") and in the ``ideal`` arm, which never costs more than what
+    was sent."""
+    system = "You are a careful coding agent. " * 200  # above every minimum cacheable length
+    chat: list[Record] = []
+    for i in range(3):
+        msgs = [{"role": "user", "content": f"step {k}: list the files"} for k in range(i + 1)]
+        chat.append(
+            Record("codex", "openai.responses", {"model": "gpt-5.4", "instructions": system, "input": msgs}, at=i)
+        )
+        body = {"model": "claude-opus-4-8", "max_tokens": 64, "system": system, "messages": msgs}
+        chat.append(Record("claude", "anthropic.messages", body, at=i + 0.5))
+    report = audit(chat)
+    assert report.provider == "mixed"
+    models = {(m.provider, m.model): m.known for m in report.models}
+    assert models == {("openai", "gpt-5.4"): True, ("anthropic", "claude-opus-4-8"): True}
+    codex = next(s for s in report.sessions if s.session == "codex")
+    ideal, sent = codex.arms["ideal"], codex.arms["as_sent"]
+    assert ideal.cache_write_tokens == 0  # OpenAI bills no cache write
+    assert 0 < ideal.cost_usd <= sent.cost_usd
+    assert ideal.cost_usd == pytest.approx(
+        sum(openai_rules("gpt-5.4").cost(t.arms["ideal"].uncached_tokens, t.arms["ideal"].cache_read_tokens)
+            for t in report.turns if t.session == "codex")
+    )  # fmt: skip

@@ -199,7 +199,7 @@ class Ledger:
             if self.sim_errors and served == t.name and "as_sent" in results:
                 self._push(self.errors, SimErrorRecord(session, request, "as_sent", results["as_sent"].usage, sim))
         if self._ideal is not None:
-            self._ideal.run(prepared.planned)  # markers are not content: the planned chain is the repaired one
+            self._ideal.run(prepared.planned, t.name)  # markers are not content: the planned chain is the repaired one
             self._pending.append((rep, request, prepared.at, usages, prepared))
         elif self.keep_turns:
             record = TurnRecord(session, request, prepared.at, usages, prepared.repairs, prepared.markers, prepared)

@@ -23,17 +23,20 @@ class _Block:
 
 
 class IdealSimulator:
-    """Records requests in time order; ``finish()`` returns one :class:`SimUsage` per request."""
+    """Records requests in time order; ``finish()`` returns one :class:`SimUsage` per request. ``provider``: whose
+    prices apply (``anthropic``, ``openai``, or an engine's: none); a request recorded with its own ``provider``
+    (an audit of traffic that mixes APIs) is priced by that one."""
 
     def __init__(self, provider: str, model: str | None = None):
         self.provider = provider
         self._model = model
         self._seen: dict[str, SeenIndex] = {}
         self._blocks: dict[tuple[str, bytes], _Block] = {}
-        self._reqs: list[tuple[str, int, int]] = []  # (model, prompt, read)
+        self._reqs: list[tuple[str, str, int, int]] = []  # (provider, model, prompt, read)
 
-    def run(self, req: CanonicalRequest) -> int:
-        """Record ``req``; returns the tokens it reuses (its matched prefix)."""
+    def run(self, req: CanonicalRequest, provider: str | None = None) -> int:
+        """Record ``req`` (priced by ``provider``'s rules, default the simulator's); returns the tokens it reuses (its
+        matched prefix)."""
         model = self._model or req.model
         scope = normalize_model(model)
         seen = self._seen.setdefault(scope, SeenIndex())
@@ -47,7 +50,7 @@ class IdealSimulator:
                 blk.needed = True
         seen.add(req)
         read = req.tokens_before(depth)
-        self._reqs.append((model, req.tokens, read))
+        self._reqs.append((provider or self.provider, model, req.tokens, read))
         return read
 
     def finish(self) -> list[SimUsage]:
@@ -57,12 +60,12 @@ class IdealSimulator:
             if blk.needed:
                 written[blk.sender] += blk.tokens
         out: list[SimUsage] = []
-        for rid, (model, prompt, read) in enumerate(self._reqs):
-            if self.provider == "anthropic":
+        for rid, (provider, model, prompt, read) in enumerate(self._reqs):
+            if provider == "anthropic":
                 write = min(written[rid], prompt - read)
                 uncached = prompt - read - write
                 cost = anthropic_rules(model).cost(uncached, read, write, 0)
-            elif self.provider == "openai":
+            elif provider == "openai":
                 write, uncached = 0, prompt - read
                 cost = openai_rules(model).cost(uncached, read)
             else:  # a local engine: no price
