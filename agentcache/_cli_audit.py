@@ -154,8 +154,7 @@ def audit_command(
     ] = False,
     config: ConfigFile = None,
 ) -> None:
-    """Audit agents' logs or recorded traffic: what prompt caching cost, what it could cost, and why each miss
-    happened."""
+    """Audit agents' logs or recorded traffic: what prompt caching cost, could cost, and why each miss happened."""
     from ._config import configure
     from ._exceptions import ConfigError
 
@@ -168,7 +167,8 @@ def audit_command(
     named = list(paths or [])
     if sample:
         named.append(sample_path())
-    if not named:
+    searched = not named  # the agents' default log folders, not paths the user gave
+    if searched:
         named = _found_logs(json_output)
         if not named:
             raise typer.Exit(EXIT_BAD_INPUT)
@@ -179,7 +179,7 @@ def audit_command(
     inputs = load_inputs(named, fmt_name, tools_name, errors, **window, project=project, bodies=exact)
     if not inputs.records and not inputs.usage_records:
         errors.flush()
-        _nothing(inputs, named, errors, window, project)
+        _nothing(inputs, named, errors, searched)
         raise typer.Exit(EXIT_BAD_INPUT)
     options = (provider.value if provider else None, model, compare, ttft)
     if not inputs.records and (provider or model or compare or ttft is not None):
@@ -226,16 +226,21 @@ def _environ() -> dict[str, str]:
     return dict(os.environ)
 
 
-def _nothing(
-    inputs: Inputs, named: list[Path], errors: Errors, window: dict[str, float | None], project: str | None
-) -> None:
-    """Say why nothing was audited (once; other errors already named their inputs)."""
+def _nothing(inputs: Inputs, named: list[Path], errors: Errors, searched: bool) -> None:
+    """Say why nothing was audited (once; other errors already named their inputs). ``searched``: ``named`` are the
+    agents' default log folders (found, but they may hold no session yet)."""
     if inputs.filtered:
         errors.add(f"none of the {inputs.filtered:,} calls read is in the --since/--until/--project window")
     elif not errors.count:
         where = ", ".join(str(p) for p in named)
         extra = f" ({inputs.unrecognised:,} files of no known format)" if inputs.unrecognised else ""
-        errors.add(f"no records to audit in {where}{extra}")
+        if searched:
+            errors.add(
+                f"the agents' log folders hold no calls yet ({where}{extra}): run your agent first, pass a PATH, "
+                "or try `agentcache audit --sample` for a look"
+            )
+        else:
+            errors.add(f"no records to audit in {where}{extra}")
 
 
 def _run(

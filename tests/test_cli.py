@@ -328,3 +328,18 @@ def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     with progress_bar(300, "auditing") as progress:
         assert progress is not None
         progress(150)
+
+
+def test_audit_of_empty_agent_log_folders_says_so(tmp_path: Path) -> None:
+    """``agentcache audit`` with no PATH, on a machine where Claude Code's folder exists but holds no session yet:
+    it names the folder it found, and says that it holds no calls yet (and what to do), in one line, exit 2."""
+    (tmp_path / ".claude" / "projects").mkdir(parents=True)
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data"), "CLAUDE_CONFIG_DIR": "", "CODEX_HOME": ""}
+    done = runner.invoke(cli.app, ["audit"], env=env)
+    assert done.exit_code == 2
+    assert f"found Claude Code logs in {tmp_path / '.claude' / 'projects'}" in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("agentcache: error:")]
+    assert errors == [
+        f"agentcache: error: the agents' log folders hold no calls yet ({tmp_path / '.claude' / 'projects'}): run "
+        "your agent first, pass a PATH, or try `agentcache audit --sample` for a look"
+    ]
