@@ -215,7 +215,7 @@ def proxy_command(
         typer.Option(
             min=1,
             help="Server processes on the one port (default 1; more than one needs --redis-url: sessions are shared "
-            "through it, while /metrics and the live report are per worker).",
+            "through it; /metrics counts every worker's, the live report is per worker).",
         ),
     ] = None,
     max_body_bytes: Annotated[

@@ -3,20 +3,30 @@
 A real proxy with two workers in front of a real upstream: one session's turns, each on a new connection (so the
 kernel spreads them over the workers), are numbered as one session's; a stream in flight when SIGTERM comes is
 finished, then the proxy says ``proxy.stopped`` and exits 0. Without Redis, more than one worker is refused.
+``/metrics`` is every worker's (prometheus_client's multiprocess mode); one worker keeps its own registry.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -24,6 +34,9 @@ from starlette.routing import Route
 
 from agentcache._exceptions import ConfigError
 from agentcache.proxy import load_proxy_config
+from agentcache.proxy._app import create_app
+from agentcache.proxy._config import ProxyConfig
+from agentcache.proxy._multiproc import MULTIPROC_ENV, shared_metrics_dir, worker_metrics_dir
 from tests.test_proxy_redis import redis_url  # noqa: F401  # the module's redis-server fixture
 from tests.test_proxy_stop import CHUNKS, _slow_upstream, signal_mid_stream
 from tests.test_proxy_support import ServerThread
@@ -154,3 +167,137 @@ def _accepting(port: int) -> bool:
 def _post_health(port: int) -> bytes:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/agentcache/v1/health", timeout=5) as r:
         return bytes(r.read())
+
+
+def _start(tmp_path: Path, argv: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    """``agentcache proxy`` with ``argv``, its temporary files (``TMPDIR``) under ``tmp_path`` and its log in a file
+    (a pipe nobody reads would fill and block it); returns the process and the port it serves."""
+    log = tmp_path / "proxy.log"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env.pop(MULTIPROC_ENV, None)
+    cmd = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--port", "0", *argv]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stderr=out, env=env)
+    deadline = time.monotonic() + 60
+    while not (lines := log.read_text().splitlines()):
+        assert time.monotonic() < deadline and proc.poll() is None, "the proxy never started"
+        time.sleep(0.1)
+    return proc, json.loads(lines[0])["port"]
+
+
+def _scrape(port: int) -> dict[str, list[Sample]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def _total(samples: list[Sample], name: str, **labels: str) -> float:
+    return sum(s.value for s in samples if s.name == name and labels.items() <= s.labels.items())
+
+
+def _per_worker(shared: Path, kind: str, name: str, **labels: str) -> dict[int, float]:
+    """``name`` (its series with ``labels``) summed per worker pid, read from each worker's own ``{kind}_{pid}.db``
+    in the shared directory."""
+    values: dict[int, float] = {}
+    for db in shared.glob(f"{kind}_*.db"):
+        alone = shared.parent / f"one-{db.name}"
+        alone.mkdir()
+        shutil.copy(db, alone / db.name)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(alone))
+        samples = [s for m in registry.collect() for s in m.samples]
+        values[int(db.stem.rsplit("_", 1)[1])] = _total(samples, name, **labels)
+        shutil.rmtree(alone)
+    return values
+
+
+def test_two_workers_answer_one_metrics(redis_url: str, tmp_path: Path) -> None:  # noqa: F811
+    """Requests spread over both workers; every scrape, whichever worker serves it, reports all of them. A worker
+    killed and restarted leaves no live sessions behind; the shared directory (0700) is gone once the proxy is."""
+    with ServerThread(_upstream()) as upstream:
+        proc, port = _start(tmp_path, ["--workers", "2", "--upstream", upstream.url, "--redis-url", redis_url])
+        try:
+            (shared,) = tmp_path.glob("agentcache-metrics-*")
+            assert stat.S_IMODE(shared.stat().st_mode) == 0o700
+            sent = 0
+            with ThreadPoolExecutor(8) as pool:
+                while len(served := _per_worker(shared, "counter", "agentcache_proxy_requests_total")) < 2 or not all(
+                    served.values()
+                ):
+                    assert sent < 200, f"one worker served everything: {served}"
+                    list(pool.map(lambda i: _post(port, f"spread-{i}"), range(sent, sent + 8)))
+                    sent += 8
+            expected = _settled(port, sent)
+            for _ in range(10):  # each on a new connection: either worker
+                assert _counts(_scrape(port)) == expected
+            turns = _per_worker(shared, "counter", "agentcache_session_events_total", event="turn")
+            assert expected[1] == sum(turns.values()) and expected[3] == 5 * expected[1]
+            if not _total(_scrape(port).get("agentcache_proxy_fail_open", []), "agentcache_proxy_fail_open_total"):
+                assert expected == [sent, sent, sent, 5.0 * sent, sent]  # Redis kept up: every request a turn
+            _kill_one_worker(port, shared)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    assert not shared.exists()
+
+
+def _settled(port: int, sent: int) -> list[float]:
+    """The counts once every request is counted and two scrapes a second apart agree (the turn-level counts
+    follow the responses, off their path; a loaded machine may time Redis out, and those requests fail open,
+    relayed with no turn)."""
+    deadline = time.monotonic() + 30
+    previous: list[float] = []
+    while (counts := _counts(_scrape(port))) != previous or counts[0] != sent:
+        assert time.monotonic() < deadline, f"the scrapes never settled on {sent} requests: {counts}"
+        previous = counts
+        time.sleep(1)
+    return counts
+
+
+def _counts(metrics: dict[str, list[Sample]]) -> list[float]:
+    """Requests, turns, sessions opened, prompt tokens of turns and live sessions in one scrape."""
+    events = metrics["agentcache_session_events"]
+    return [
+        _total(metrics["agentcache_proxy_requests"], "agentcache_proxy_requests_total"),
+        _total(events, "agentcache_session_events_total", event="turn"),
+        _total(events, "agentcache_session_events_total", event="open"),
+        _total(metrics["agentcache_prompt_tokens"], "agentcache_prompt_tokens_total", source="turn"),
+        _total(metrics["agentcache_proxy_live_sessions"], "agentcache_proxy_live_sessions"),
+    ]
+
+
+def _kill_one_worker(port: int, shared: Path) -> None:
+    """SIGKILL one worker; once the supervisor has started its successor, ``/metrics`` counts the survivor's live
+    sessions only (the dead one's gauge file is dropped, not added to the new worker's)."""
+    live = _per_worker(shared, "gauge_livesum", "agentcache_proxy_live_sessions")
+    victim, survivor = sorted(live)
+    assert live[victim] > 0 and live[survivor] > 0, live
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while len(pids := _per_worker(shared, "gauge_livesum", "agentcache_proxy_live_sessions")) < 2 + 1:
+        assert time.monotonic() < deadline, f"no worker restarted: {pids}"
+        time.sleep(0.2)
+    for _ in range(10):
+        value = _total(_scrape(port)["agentcache_proxy_live_sessions"], "agentcache_proxy_live_sessions")
+        assert value == live[survivor]
+
+
+def test_one_worker_keeps_its_own_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker creates no shared directory and renders its own registry, even with the variable set."""
+    proc, port = _start(tmp_path, ["--upstream", "http://127.0.0.1:9"])
+    try:
+        assert "agentcache_proxy_requests" in _scrape(port)
+        assert not list(tmp_path.glob("agentcache-metrics-*")) and not list(tmp_path.rglob("*.db"))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    monkeypatch.setenv(MULTIPROC_ENV, str(tmp_path))
+    assert worker_metrics_dir(1) is None and worker_metrics_dir(2) == str(tmp_path)
+    assert create_app(ProxyConfig()).state.proxy.metrics.multiprocess_dir is None
+
+
+def test_the_shared_directory_is_private_and_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(MULTIPROC_ENV, "/elsewhere")
+    with shared_metrics_dir() as path:
+        assert os.environ[MULTIPROC_ENV] == path and stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    assert not os.path.exists(path) and os.environ[MULTIPROC_ENV] == "/elsewhere"

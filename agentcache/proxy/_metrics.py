@@ -55,15 +55,27 @@ ledger):
 ``agentcache_saved_usd``                                USD saved, simulated ``as_sent`` − ``agentcache``
 ======================================================  ==========================================================
 
+With ``--workers N`` (:mod:`agentcache.proxy._multiproc`) every worker writes its values to a shared directory and
+``/metrics`` answers with all the workers' together: counters and histograms summed, the gauges ``livesum`` (the
+running workers' values added: live sessions, bytes held and budgets of every worker), ``agentcache_saved_usd``
+``sum``. Callback gauges do not reach those files, so there the measured gauges (live sessions, state bytes) are
+set by :meth:`ProxyMetrics.refresh`: by the scraped worker just before it collects, and by each worker once a
+second (:class:`~agentcache.proxy._workers.WorkerApp`), so another worker's value is at most a second old. Setting
+them on every change instead would put hooks on the request path of the store, the report and the memos.
+
 ``model`` is the price-table name of a known model, else ``other`` (:func:`model_label`: client-chosen strings
 never become label values, so a caller cannot blow up the series count).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from ..session._metrics import PrometheusSink, model_label
+from ._multiproc import collect_workers
 
 __all__ = ["ProxyMetrics", "model_label"]
 
@@ -72,9 +84,12 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 
 class ProxyMetrics:
     """The proxy's HTTP-level instruments and the shared turn-level :attr:`sink`, in a private
-    ``CollectorRegistry`` (see the module docstring)."""
+    ``CollectorRegistry`` (see the module docstring). ``multiprocess_dir``: the workers' shared directory
+    (:func:`~agentcache.proxy._multiproc.worker_metrics_dir`), or None for one process."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, multiprocess_dir: str | None = None) -> None:
+        self.multiprocess_dir = multiprocess_dir
+        self._measures: list[tuple[Any, Callable[[], float]]] = []
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         reg = self.registry
         ns = "agentcache_proxy"
@@ -115,12 +130,24 @@ class ProxyMetrics:
         self.stale = Counter(
             "stale_commits", "Responses for a closed or older generation, ignored", namespace=ns, registry=reg
         )
-        self.live_sessions = Gauge("live_sessions", "Live sessions in this process", namespace=ns, registry=reg)
+        self.live_sessions = Gauge(
+            "live_sessions", "Live sessions in this process", namespace=ns, registry=reg, multiprocess_mode="livesum"
+        )
         self.state_bytes = Gauge(
-            "state_bytes", "Estimated bytes each part of the memory budget holds", ["part"], namespace=ns, registry=reg
+            "state_bytes",
+            "Estimated bytes each part of the memory budget holds",
+            ["part"],
+            namespace=ns,
+            registry=reg,
+            multiprocess_mode="livesum",
         )
         self.state_budget = Gauge(
-            "state_budget_bytes", "Each part's share of max_state_mb", ["part"], namespace=ns, registry=reg
+            "state_budget_bytes",
+            "Each part's share of max_state_mb",
+            ["part"],
+            namespace=ns,
+            registry=reg,
+            multiprocess_mode="livesum",
         )
         self.keep_warm = Counter(
             "keep_warm_requests",
@@ -139,6 +166,23 @@ class ProxyMetrics:
         #: The turn-level instruments (the one definition every door shares), registered as a session sink.
         self.sink = PrometheusSink(registry=reg, namespace="agentcache")
 
+    def measure(self, gauge: Any, read: Callable[[], float]) -> None:
+        """Let ``gauge`` (a ``Gauge`` or one of its labelled children) show ``read()``: read at each collection in
+        one process; in multiprocess mode set now and at each :meth:`refresh` (see the module docstring)."""
+        if self.multiprocess_dir is None:
+            gauge.set_function(read)
+        else:
+            self._measures.append((gauge, read))
+            gauge.set(read())
+
+    def refresh(self) -> None:
+        """Set every measured gauge from its reader (multiprocess mode; nothing to do in one process)."""
+        for gauge, read in self._measures:
+            gauge.set(read())
+
     def render(self) -> bytes:
-        """The text exposition format."""
-        return generate_latest(self.registry)
+        """The text exposition format: this registry, or in multiprocess mode every worker's values together."""
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        self.refresh()
+        return collect_workers(self.multiprocess_dir)

@@ -33,6 +33,7 @@ from ._errors import Style, error_response, failure_reason, upstream_failure
 from ._keepwarm import KeepWarmer
 from ._live import LiveReport
 from ._metrics import ProxyMetrics, model_label
+from ._multiproc import worker_metrics_dir
 from ._record import Recorder
 from ._trace import tracing_sink
 from ._transport import CLOSES_AFTER_STREAM, ShardedTransport, UpstreamClient, env_proxy
@@ -57,7 +58,7 @@ class ProxyState:
     ) -> None:
         self.config = config
         self.settings = settings or get_settings()
-        self.metrics = ProxyMetrics()
+        self.metrics = ProxyMetrics(multiprocess_dir=worker_metrics_dir(config.workers))
         #: ``max_state_mb`` shared out among the structures below (:mod:`agentcache.proxy._budget`).
         self.budget = budget = Budget.of_mb(config.max_state_mb)
         self.report = LiveReport(
@@ -183,10 +184,10 @@ class ProxyState:
             connect=c.connect_timeout, read=c.read_timeout, write=c.write_timeout, pool=c.pool_timeout
         )
         self._client = UpstreamClient(transport, timeout)
-        self.metrics.live_sessions.set_function(lambda: float(self.store.live()))
+        self.metrics.measure(self.metrics.live_sessions, lambda: float(self.store.live()))
         self.budget.bound_memos()  # the process's memos: this proxy's process, this proxy's budget
         for part, measure in self.state_parts().items():
-            self.metrics.state_bytes.labels(part).set_function(lambda m=measure: float(m()))  # type: ignore[misc]
+            self.metrics.measure(self.metrics.state_bytes.labels(part), lambda m=measure: float(m()))  # type: ignore[misc]
             self.metrics.state_budget.labels(part).set(self.budget.share(part))
         await self.detect()
         engine = self.declared.engine if isinstance(self.declared, EngineTarget) else self.detected

@@ -11,11 +11,16 @@ What is shared between workers and what is not:
   ``workers > 1`` without it). A client connection stays on one worker, but the next connection, or another
   agent of the same session, may land on any: with per-process memory stores each worker would see part of a
   session, diagnose false breaks and repair against history it never saw.
-* **Per process**, as with several replicas behind a load balancer: ``/metrics`` and ``/agentcache/v1/report``
-  (each answer is the worker that served it), the coalescer (siblings held only within one worker), keep-warm
-  timers, the parse memo and ``max_state_mb`` (a budget per worker).
+* **Metrics**: ``/metrics`` answers with every worker's values, whichever worker serves the scrape
+  (prometheus_client's multiprocess mode: the supervisor's private directory in ``PROMETHEUS_MULTIPROC_DIR``,
+  removed at exit; :mod:`~agentcache.proxy._multiproc`). Counters and histograms are summed, gauges summed over
+  the running workers; the live sessions and state bytes of another worker are at most
+  :data:`PARENT_CHECK_S` old (each worker sets them on that timer, the scraped one at the scrape).
+* **Per process**, as with several replicas behind a load balancer: ``/agentcache/v1/report`` (each answer is the
+  live report of the worker that served it; it is not merged), the coalescer (siblings held only within one
+  worker), keep-warm timers, the parse memo and ``max_state_mb`` (a budget per worker).
 
-The default is one worker: it needs no Redis and keeps ``/metrics`` and the live report whole. Several workers
+The default is one worker: it needs no Redis, no metrics directory, and keeps the live report whole. Several workers
 pay off when the proxy is CPU-bound (the pipeline's per-turn work is pure Python, one core per process).
 """
 
@@ -32,6 +37,7 @@ from starlette.types import Receive, Scope, Send
 from .._config import Settings
 from .._log import get_logger
 from ._config import ProxyConfig
+from ._multiproc import shared_metrics_dir
 from ._server import ProxyServerConfig
 
 __all__ = ["PARENT_CHECK_S", "WorkerApp", "run_workers"]
@@ -39,7 +45,8 @@ __all__ = ["PARENT_CHECK_S", "WorkerApp", "run_workers"]
 log = get_logger("agentcache.proxy")
 
 #: Seconds between a worker's checks that its supervisor still runs (one killed with SIGKILL cannot stop its
-#: workers: each then drains and exits by itself instead of serving the port on its own).
+#: workers: each then drains and exits by itself instead of serving the port on its own), and between its updates
+#: of its measured gauges in the shared metrics (:meth:`~agentcache.proxy._metrics.ProxyMetrics.refresh`).
 PARENT_CHECK_S = 1.0
 
 
@@ -66,9 +73,14 @@ class WorkerApp:
         await self._app(scope, receive, send)
 
     async def _watch_parent(self) -> None:
-        """SIGTERM to this worker (a graceful drain, as the supervisor would ask) once its supervisor is gone."""
+        """SIGTERM to this worker (a graceful drain, as the supervisor would ask) once its supervisor is gone;
+        meanwhile, this worker's measured gauges set in the shared metrics every :data:`PARENT_CHECK_S`."""
         while os.getppid() == self.parent:
             await asyncio.sleep(PARENT_CHECK_S)
+            try:
+                self._app.state.proxy.metrics.refresh()
+            except Exception as exc:  # a gauge left stale must not end the watch
+                log.warning("proxy.metrics_refresh_failed", error=repr(exc))
         log.warning("proxy.worker_orphaned", pid=os.getpid(), parent=self.parent, action="draining, then exiting")
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -90,7 +102,9 @@ class WorkerApp:
 
 def run_workers(server_config: ProxyServerConfig, sock: socket) -> None:
     """Serve ``server_config`` (its ``workers`` processes, its app a :class:`WorkerApp`) on the bound, listening
-    ``sock`` until SIGINT or SIGTERM, then return once every worker has drained and exited."""
+    ``sock`` until SIGINT or SIGTERM, then return once every worker has drained and exited. The workers share
+    one metrics directory, removed at the end (:func:`~agentcache.proxy._multiproc.shared_metrics_dir`)."""
     from uvicorn.supervisors import Multiprocess
 
-    Multiprocess(server_config, sockets=[sock]).run()
+    with shared_metrics_dir():  # before the workers start: each inherits the variable
+        Multiprocess(server_config, sockets=[sock]).run()

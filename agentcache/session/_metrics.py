@@ -139,7 +139,11 @@ class PrometheusSink:
             registry=reg,
         )
         self.saved = prometheus.Gauge(
-            "saved_usd", "USD saved: simulated as_sent minus agentcache", namespace=ns, registry=reg
+            "saved_usd",
+            "USD saved: simulated as_sent minus agentcache",
+            namespace=ns,
+            registry=reg,
+            multiprocess_mode="sum",  # several processes (proxy --workers): their savings add up, dead ones' too
         )
         self.held = counter(
             "coalesce_held_requests",
