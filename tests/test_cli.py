@@ -316,7 +316,13 @@ def test_render_lists_at_most_20_breaks() -> None:
     out = buf.getvalue()
     assert "6 more breaks not shown" in out
     assert "1,024" in out  # the largest break, with a thousands separator
-    assert "messages.edited" in out and "tools.reordered" in out and "No cache misses." in out
+    assert "messages.edited" in out and "tools.reordered" in out
+    assert "No cache misses beyond the prefix breaks above." in out
+    fixes = out[out.index("What to do") :].splitlines()[1:3]  # most tokens lost first
+    assert [line.strip() for line in fixes] == [
+        "messages.edited: send history exactly as it was sent",
+        "tools.reordered: build the tool list in a fixed order (agentcache repairs it)",
+    ]
 
 
 def test_progress_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

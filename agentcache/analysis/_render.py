@@ -31,6 +31,7 @@ from ._report import (
     provider_summary,
     saving_of,
 )
+from ._report_logs import FIXES
 
 __all__ = ["make_console", "render_report"]
 
@@ -45,7 +46,8 @@ def render_report(report: AuditReport, console: Console, max_breaks: int = 20, t
     _render_unknown_models(report.models, console)
     console.print(_totals_table(report.totals))
     _render_breaks(report.breaks, console, max_breaks)
-    _render_misses(report.misses, console)
+    _render_misses(report.misses, console, bool(report.breaks))
+    _render_fixes(report, console)
     _render_provider(report.provider_misses, console)
     _render_sim_errors(report.simulator_errors, console, max_breaks)
     _render_ttl(report.turns, console)
@@ -160,11 +162,12 @@ def _render_breaks(breaks: list[BreakRecord], console: Console, limit: int) -> N
         console.print(f"… {_int(len(breaks) - len(shown))} more breaks not shown (--json lists all).")
 
 
-def _render_misses(misses: list[MissRecord], console: Console) -> None:
+def _render_misses(misses: list[MissRecord], console: Console, breaks: bool = False) -> None:
     """Misses grouped by arm (the report's arms first, in :data:`ARMS` order, then the --compare arms by name),
-    within an arm by cause, most misses first (ties: most tokens lost), with tokens lost and rejected requests."""
+    within an arm by cause, most misses first (ties: most tokens lost), with tokens lost and rejected requests.
+    ``breaks``: the report has prefix breaks (then "no misses" says what they are not)."""
     if not misses:
-        console.print("No cache misses.")
+        console.print("No cache misses beyond the prefix breaks above." if breaks else "No cache misses.")
         return
     order = {arm: i for i, arm in enumerate(ARMS)}
     table = _table("Misses by arm and cause", ["arm", "cause", ">misses", ">tokens lost", ">rejected"])
@@ -175,6 +178,24 @@ def _render_misses(misses: list[MissRecord], console: Console) -> None:
     for g in sorted(group_misses(misses), key=rank):
         table.add_row(g.arm, g.cause, _int(g.count), _int(g.tokens_lost), _int(g.rejected))
     console.print(table)
+
+
+def _render_fixes(report: AuditReport, console: Console) -> None:
+    """What to do about each cause of the client's own traffic: its breaks and the ``as_sent`` arm's misses, most
+    tokens lost first (the table the log audit uses, :data:`~._report_logs.FIXES`)."""
+    lost: dict[str, int] = defaultdict(int)
+    for b in report.breaks:
+        lost[b.cause] += b.tokens_lost
+    for m in report.misses:
+        if m.arm == "as_sent":
+            lost[m.cause] += m.tokens_lost
+    causes = [c for c in sorted(lost, key=lambda c: (-lost[c], c)) if c in FIXES]
+    if not causes:
+        return
+    console.print("[bold]What to do[/bold]")
+    for cause in causes:
+        console.print(f"  {cause}: {FIXES[cause]}")
+    console.print()
 
 
 def _render_ttl(turns: list[TurnRecord], console: Console) -> None:
