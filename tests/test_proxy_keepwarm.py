@@ -53,6 +53,16 @@ async def served(
         yield client, state
 
 
+async def paused_turns(client: httpx.AsyncClient, clock: Clock, pause: float = 600.0) -> None:
+    """Three turns of one conversation (1, 3 and 5 messages), each answered 200, ``pause`` seconds apart on
+    ``clock``; a keep-warm scheduled between them runs (its sleeps return at once)."""
+    for n in (1, 3, 5):
+        r = await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=HEADERS)
+        assert r.status_code == 200
+        clock.now += pause
+        await asyncio.sleep(0.05)
+
+
 def _turns(fake: FakeUpstream) -> list[dict[str, Any]]:
     return [s.json() for s in fake.requests if s.path == "/v1/messages"]
 
@@ -70,11 +80,7 @@ def test_keep_warm_sends_the_last_request_prefill_only(monkeypatch: pytest.Monke
     async def scenario() -> None:
         fake = FakeUpstream()
         async with served(Settings(keep_warm=True, ttl_policy="5m"), fake, no_wait) as (client, state):
-            for n in (1, 3, 5):
-                r = await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=HEADERS)
-                assert r.status_code == 200
-                clock.now += 600
-                await asyncio.sleep(0.05)  # let a scheduled keep-warm run (its sleeps return at once)
+            await paused_turns(client, clock)
             sent = _turns(fake)
             # turn 1 has no gap yet; from turn 2 on the median long gap is 600 s: 2 refreshes after each
             assert [b["max_tokens"] for b in sent] == [64, 64, 0, 0, 64, 0, 0]

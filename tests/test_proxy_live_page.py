@@ -168,7 +168,7 @@ def _table(html: str, table_id: str) -> list[list[str]]:
 
 
 def test_live_page_shows_keep_warm_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.test_proxy_keepwarm import HEADERS, Clock, served
+    from tests.test_proxy_keepwarm import HEADERS, Clock, paused_turns, served
 
     clock = Clock()
     clock.install(monkeypatch)
@@ -179,11 +179,7 @@ def test_live_page_shows_keep_warm_decisions(monkeypatch: pytest.MonkeyPatch) ->
     async def scenario() -> str:
         fake = FakeUpstream()
         async with served(Settings(keep_warm=True, ttl_policy="5m"), fake, no_wait) as (client, _):
-            for n in (1, 3, 5):
-                r = await client.post("/v1/messages", json=anthropic_body(conversation(n)), headers=HEADERS)
-                assert r.status_code == 200
-                clock.now += 600
-                await asyncio.sleep(0.05)
+            await paused_turns(client, clock)
             return (await client.get("/agentcache/?fragment=1", headers=HEADERS)).text
 
     rows = _table(asyncio.run(scenario()), "keep-warm")
