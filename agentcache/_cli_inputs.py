@@ -100,11 +100,25 @@ def _tools_ok(tools: str, errors: Errors) -> bool:
     return True
 
 
-def load_all(paths: list[Path], fmt: str | None, tools: str | None, errors: Errors) -> list[Record]:
-    """The recorded requests (with bodies) of ``paths``, for the commands that replay or plan them; a file that
-    holds only agents' usage logs (no request bodies) is one error line."""
+def load_all(
+    paths: list[Path], fmt: str | None, tools: str | None, errors: Errors, *, command: str = "replay"
+) -> list[Record]:
+    """The recorded requests (with bodies) of ``paths``, for the commands that replay or plan them (``command``, the
+    verb the error lines use). Files that hold only agents' usage logs (no request bodies) are one error line per
+    log format, however many files: their count, the first of them, and what can read them."""
     inputs = load_inputs(paths, fmt, tools, errors)
+    bodiless: dict[str, list[Path]] = {}
     for read in inputs.files:
         if read.usage_records and not read.records:
-            errors.add(f"{read.path}: a {read.format} log keeps no request bodies: it can be audited, not replayed")
+            bodiless.setdefault(read.format or "agent", []).append(read.path)
+    for log_format, files in bodiless.items():
+        where = str(files[0]) if len(files) == 1 else f"{len(files):,} files ({files[0]}, …)"
+        errors.add(
+            f"{where}: {log_format} logs keep no request bodies, so they cannot be {_past(command)}; "
+            "`agentcache audit` reads them, and `agentcache proxy --record DIR` records bodies that can be"
+        )
     return inputs.records
+
+
+def _past(command: str) -> str:
+    return {"plan": "planned", "replay": "replayed"}.get(command, command + "ed")

@@ -193,7 +193,9 @@ def plan_command(
         )  # fmt: skip
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    records = load_all(paths, fmt.value if fmt is not None else None, None if tools is None else str(tools), errors)
+    records = load_all(
+        paths, fmt.value if fmt is not None else None, None if tools is None else str(tools), errors, command="plan"
+    )
     if not records:
         errors.flush()
         if not errors.count:

@@ -228,3 +228,24 @@ def test_an_empty_response_file_is_a_write_cut_short(tmp_path: Path) -> None:
     out = read_dump(tmp_path / request)
     assert out.errors == [] and out.truncated is True
     assert [(r.meta["call_id"], r.usage, r.response) for r in out.records] == [("msg_a/req_a", None, None)]
+
+
+@pytest.mark.parametrize(("command", "verb"), [("plan", "planned"), ("replay", "replayed")])
+def test_plan_and_replay_name_bodiless_logs_once_per_format(tmp_path: Path, command: str, verb: str) -> None:
+    """Many agents' logs without request bodies are one error line (count, first file, what reads them), not one
+    line per file, in the command's own words."""
+    from typer.testing import CliRunner
+
+    from agentcache._cli import app
+
+    for n in range(3):
+        sid = f"0aab6793-d8cb-4220-a80d-85ee8edc943{n}"
+        lines = [{**_user("hi"), "sessionId": sid}, {**_assistant(f"msg_{n}", _usage(0, 100)), "sessionId": sid}]
+        _write(tmp_path / "p" / f"{sid}.jsonl", lines)
+    args = [command, str(tmp_path / "p")] + (["--endpoint", "http://127.0.0.1:9"] if command == "replay" else [])
+    done = CliRunner().invoke(app, args, catch_exceptions=False)
+    errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert done.exit_code == 2, done.stderr
+    assert len(errors) == 1, done.stderr
+    assert "3 files (" in errors[0] and f"cannot be {verb}" in errors[0] and "claude-code logs" in errors[0]
+    assert "agentcache audit" in errors[0]
