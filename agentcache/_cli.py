@@ -14,6 +14,7 @@ remaining inputs are still audited, and the exit code is 2 at the end (:mod:`age
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -285,7 +286,16 @@ def proxy_command(
         raise fail(
             f"port {where[1]} on {where[0]} is already in use: stop what listens there, or choose another --port"
         )
-    serve(proxy_config, settings)
+    if proxy_config.redis_url and find_spec("redis") is None:  # one line, not a traceback in every worker
+        from ._install import install_hint
+
+        raise fail(f"--redis-url needs the redis client: {install_hint('redis')}")
+    from .proxy._workers import WorkersFailed
+
+    try:
+        serve(proxy_config, settings)
+    except WorkersFailed as exc:
+        raise fail(str(exc)) from None
 
 
 app.command("audit")(audit_command)

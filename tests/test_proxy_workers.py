@@ -301,3 +301,31 @@ def test_the_shared_directory_is_private_and_removed(monkeypatch: pytest.MonkeyP
     with shared_metrics_dir() as path:
         assert os.environ[MULTIPROC_ENV] == path and stat.S_IMODE(os.stat(path).st_mode) == 0o700
     assert not os.path.exists(path) and os.environ[MULTIPROC_ENV] == "/elsewhere"
+
+
+def test_redis_url_without_the_redis_client_is_one_error_line() -> None:
+    """Without the ``redis`` extra, ``--redis-url`` is one line naming the extra, before anything starts (a fresh
+    user saw a traceback per worker and exit code 0)."""
+    code = "import sys; sys.modules['redis'] = None; from agentcache._cli import app; app()"
+    argv = ["proxy", "--port", "0", "--workers", "2", "--redis-url", "redis://127.0.0.1:1", "--upstream", "http://x"]
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and "--redis-url needs the redis client" in lines[0] and "[redis]" in lines[0], lines
+
+
+def test_a_worker_that_cannot_start_stops_the_proxy_with_an_error(tmp_path: Path) -> None:
+    """A worker that fails before serving (here its Redis client cannot be imported) stops the supervisor, which
+    exits with an error, not as from a clean stop (no ``proxy.stopped``)."""
+    broken = tmp_path / "site" / "redis"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('this redis client is broken')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    env.pop(MULTIPROC_ENV, None)
+    argv = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--port", "0", "--workers", "2"]
+    argv += ["--redis-url", "redis://127.0.0.1:1", "--upstream", "http://127.0.0.1:9"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "failed to start" in last and "the proxy stopped" in last, last
+    assert "proxy.stopped" not in done.stderr

@@ -40,7 +40,7 @@ from ._config import ProxyConfig
 from ._multiproc import shared_metrics_dir
 from ._server import ProxyServerConfig
 
-__all__ = ["PARENT_CHECK_S", "WorkerApp", "run_workers"]
+__all__ = ["PARENT_CHECK_S", "WorkerApp", "WorkersFailed", "run_workers"]
 
 log = get_logger("agentcache.proxy")
 
@@ -48,6 +48,12 @@ log = get_logger("agentcache.proxy")
 #: workers: each then drains and exits by itself instead of serving the port on its own), and between its updates
 #: of its measured gauges in the shared metrics (:meth:`~agentcache.proxy._metrics.ProxyMetrics.refresh`).
 PARENT_CHECK_S = 1.0
+
+
+class WorkersFailed(RuntimeError):
+    """A worker process failed before it served (its app, the session store or the socket is broken, so every
+    restart would fail the same way): uvicorn's supervisor stopped the others and returned. Raised by
+    :func:`run_workers` so the command exits with an error, not as from a clean stop."""
 
 
 class WorkerApp:
@@ -103,8 +109,18 @@ class WorkerApp:
 def run_workers(server_config: ProxyServerConfig, sock: socket) -> None:
     """Serve ``server_config`` (its ``workers`` processes, its app a :class:`WorkerApp`) on the bound, listening
     ``sock`` until SIGINT or SIGTERM, then return once every worker has drained and exited. The workers share
-    one metrics directory, removed at the end (:func:`~agentcache.proxy._multiproc.shared_metrics_dir`)."""
+    one metrics directory, removed at the end (:func:`~agentcache.proxy._multiproc.shared_metrics_dir`).
+
+    Raises:
+        WorkersFailed: a worker failed before it served, and the supervisor stopped.
+    """
     from uvicorn.supervisors import Multiprocess
 
+    from uvicorn.config import STARTUP_FAILURE
+
     with shared_metrics_dir():  # before the workers start: each inherits the variable
-        Multiprocess(server_config, sockets=[sock]).run()
+        supervisor = Multiprocess(server_config, sockets=[sock])
+        supervisor.run()
+    failed = [process.pid for process in supervisor.processes if process.exitcode == STARTUP_FAILURE]
+    if failed:
+        raise WorkersFailed(f"worker process {failed[0]} failed to start (its error is above); the proxy stopped")
