@@ -277,7 +277,7 @@ def _run(
 def _audit_logs(inputs: Inputs, named: list[Path], exact: ExactCauses | None) -> AuditReport:
     from ._audit_logs import audit_logs
     from ._config import get_settings
-    from .analysis._report_logs import SourceRow
+    from .analysis._report_logs import SourceRow, write_caveat
     from .loaders import LOG_FORMATS
 
     rows: list[SourceRow] = []
@@ -293,7 +293,8 @@ def _audit_logs(inputs: Inputs, named: list[Path], exact: ExactCauses | None) ->
         roots = tuple(sorted({_root_of(r.path, named) for r in files}))
         shown = roots if len(roots) <= 3 else (*roots[:2], f"… {len(roots) - 2} more")
         errors = sum(len(r.errors) for r in files)
-        rows.append(SourceRow(fmt.client, shown, len(files), calls, len(sessions), errors, fmt.leaves_out))
+        caveat = write_caveat([u for u in inputs.usage_records if u.client == fmt.name])
+        rows.append(SourceRow(fmt.client, shown, len(files), calls, len(sessions), errors, fmt.leaves_out, caveat))
     return audit_logs(inputs.usage_records, get_settings(), rows, exact)
 
 

@@ -65,7 +65,7 @@ def _logs(home: Path) -> list[Path]:
 def records(gen: Generated) -> list[UsageRecord]:
     inputs = load_paths([_projects(gen.home)])
     assert {f.format for f in inputs.files} == {"qwen-code"}
-    assert all(not f.errors and f.error is None for f in inputs.files)
+    assert all(not f.errors and f.error is None for f in inputs.files), [(f.errors[:2], f.error) for f in inputs.files]
     subagent_files = [f for f in inputs.files if "subagents" in f.path.parts]
     # Each subagent transcript repeats calls its parent's chat counted: each is a duplicate.
     assert len(subagent_files) == 2 and inputs.duplicates == sum(f.usage_records for f in subagent_files) >= 3
@@ -103,6 +103,28 @@ def test_anthropic_mode_keeps_the_read_not_the_write(gen: Generated, records: li
     assert first.usage.cache_read_tokens == 0 and first.usage.uncached_tokens == first.usage.prompt_tokens
     assert second.usage.cache_read_tokens == truth[1]["usage"]["cache_read_input_tokens"] > 0
     assert second.usage.cache_write_tokens == 0 < truth[1]["usage"]["cache_creation_input_tokens"]
+    assert first.write_unknown and second.write_unknown
+    assert not any(r.write_unknown for r in records if r.model != "claude-sonnet-4-5")
+
+
+def test_the_audit_says_its_anthropic_spend_is_a_lower_bound(gen: Generated, records: list[UsageRecord]) -> None:
+    """The audit names the calls whose write the log lost, with their tokens counted as uncached, in the terminal,
+    the JSON and the HTML page (a fresh user read $0.0824 for $0.1484 with no word of it)."""
+    from typer.testing import CliRunner
+
+    from agentcache._cli import app
+
+    lost = [r for r in records if r.write_unknown]
+    tokens = sum(r.usage.uncached_tokens for r in lost)
+    want = f"{len(lost)} calls kept no cache-write count: their {tokens:,} tokens not read are counted as uncached"
+    root = gen.home / ".qwen"
+    text = CliRunner().invoke(app, ["audit", str(root), "--html", str(gen.home / "q.html")], catch_exceptions=False)
+    assert text.exit_code == 0, text.stderr
+    assert want in " ".join(text.stdout.split()), text.stdout
+    assert want in (gen.home / "q.html").read_text()
+    doc = json.loads(CliRunner().invoke(app, ["audit", str(root), "--json"], catch_exceptions=False).stdout)
+    (source,) = [s for s in doc["sources"] if s["client"] == "Qwen Code"]
+    assert source["caveat"].startswith(want)
 
 
 def test_one_conversation_subagents_linked(gen: Generated, records: list[UsageRecord]) -> None:

@@ -55,6 +55,8 @@ def _header(report: AuditReport, console: Console) -> None:
         )
         if src.leaves_out:
             console.print(f"    not in these logs: {src.leaves_out}")
+        if src.caveat:
+            console.print(f"    [yellow]{src.caveat}[/yellow]")
     _render_unknown_models(report.models, console)
     days = [row.key for row in report.groups.get("day", []) if row.key != "unknown"]
     if days:

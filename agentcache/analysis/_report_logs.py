@@ -4,13 +4,15 @@ the logs that were read. JSON forms in docs/audit.md ("Audit JSON")."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..loaders import UsageRecord
 from ..model._types import Breakdown
 from ._report import ArmMetrics
 
-__all__ = ["BY", "FIXES", "SPEND", "SPEND_LABELS", "CauseRow", "GroupRow", "SourceRow"]
+__all__ = ["BY", "FIXES", "SPEND", "SPEND_LABELS", "CauseRow", "GroupRow", "SourceRow", "write_caveat"]
 
 #: The breakdowns an audit of agents' logs can show (``--by``), in the order reports list them (``session`` is the
 #: report's own session list; the others are its ``groups``).
@@ -127,7 +129,8 @@ class CauseRow:
 class SourceRow:
     """What was read of one agent's logs: the ``client``, the ``roots`` given or found, the ``files`` read, the
     ``calls`` they held (each once), the ``sessions``, the ``lines`` skipped as unreadable (``errors``) and the
-    calls the agent makes but does not log (``leaves_out``, or None)."""
+    calls the agent makes but does not log (``leaves_out``, or None), and what its figures cannot show
+    (``caveat``, e.g. :func:`write_caveat`, or None)."""
 
     client: str
     roots: tuple[str, ...]
@@ -136,6 +139,7 @@ class SourceRow:
     sessions: int
     errors: int = 0
     leaves_out: str | None = None
+    caveat: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON object."""
@@ -147,4 +151,20 @@ class SourceRow:
             "sessions": self.sessions,
             "errors": self.errors,
             "leaves_out": self.leaves_out,
+            "caveat": self.caveat,
         }
+
+
+def write_caveat(records: Sequence[UsageRecord]) -> str | None:
+    """What ``records`` (one agent's calls) cannot show of the spend: the calls whose log kept no cache-write count
+    (:attr:`~agentcache.loaders.UsageRecord.write_unknown`), their tokens not read counted as uncached, so their
+    USD is a lower bound (an Anthropic write costs 1.25× input at the 5-minute TTL, 2× at 1 hour:
+    docs.anthropic.com, "Prompt caching", pricing). None when every call's writes are known."""
+    unknown = [u for u in records if u.write_unknown]
+    if not unknown:
+        return None
+    tokens = sum(u.usage.uncached_tokens for u in unknown)
+    return (
+        f"{len(unknown):,} call{'s' * (len(unknown) != 1)} kept no cache-write count: their {tokens:,} tokens not "
+        "read are counted as uncached, so their USD is a lower bound (a write costs 1.25× or 2× input)"
+    )

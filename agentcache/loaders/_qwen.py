@@ -173,6 +173,7 @@ class _Chat:
                 events=events,
                 source=str(self.path),
                 index=i,
+                write_unknown=api == "anthropic.messages",  # Anthropic's write is not kept (module docstring)
             )
         )
 

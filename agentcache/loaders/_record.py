@@ -66,6 +66,8 @@ class UsageRecord:
     log names, else None. ``kind``: see :data:`CallKind`. ``events``: what the log recorded in the session since
     its previous call (:data:`EVENTS`). The provider's own cache-miss diagnosis, when the log kept it, is in
     ``usage.diagnosis``. ``source``/``index``: file and 0-based line of the record, for messages.
+    ``write_unknown``: the log kept no cache-write count for a provider that charges writes (Qwen Code with
+    Anthropic models), so the tokens not read are counted as uncached and the call's USD is a lower bound.
     """
 
     session: str
@@ -81,3 +83,4 @@ class UsageRecord:
     events: tuple[str, ...] = ()
     source: str = ""
     index: int = 0
+    write_unknown: bool = False
