@@ -14,8 +14,8 @@ remaining inputs are still audited, and the exit code is 2 at the end (:mod:`age
 from __future__ import annotations
 
 import os
-from importlib.util import find_spec
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Annotated
 

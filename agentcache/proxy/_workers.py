@@ -114,9 +114,8 @@ def run_workers(server_config: ProxyServerConfig, sock: socket) -> None:
     Raises:
         WorkersFailed: a worker failed before it served, and the supervisor stopped.
     """
-    from uvicorn.supervisors import Multiprocess
-
     from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
 
     with shared_metrics_dir():  # before the workers start: each inherits the variable
         supervisor = Multiprocess(server_config, sockets=[sock])
