@@ -67,6 +67,7 @@ async def _tenant_only() -> None:
         page = await client.get("/agentcache/", headers={"x-api-key": ANTHROPIC_KEY})
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert "x-agentcache-worker" not in page.headers and 'id="worker"' not in page.text  # one worker: one view
         html = page.text
         assert "other-secret" not in html and "http://" not in html.replace("http://www.w3.org", "")
         rows = re.findall(r'<tr class="(root|sub)" data-session="[^"]*/(\w+)"', html)

@@ -234,11 +234,29 @@ def test_two_workers_answer_one_metrics(redis_url: str, tmp_path: Path) -> None:
             assert expected[1] == sum(turns.values()) and expected[3] == 5 * expected[1]
             if not _total(_scrape(port).get("agentcache_proxy_fail_open", []), "agentcache_proxy_fail_open_total"):
                 assert expected == [sent, sent, sent, 5.0 * sent, sent]  # Redis kept up: every request a turn
+            _says_which_worker(port)
             _kill_one_worker(port, shared)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
     assert not shared.exists()
+
+
+def _says_which_worker(port: int) -> None:
+    """Each worker keeps its own live report, so its page and report say which worker drew them (a fresh user saw
+    the page flip between two views with no hint why)."""
+    base = f"http://127.0.0.1:{port}/agentcache"
+    pids = set()
+    for _ in range(6):
+        with urllib.request.urlopen(f"{base}/v1/report", timeout=30) as response:
+            doc = json.loads(response.read())
+            pid = response.headers["x-agentcache-worker"]
+        assert (doc["worker"]["pid"], doc["worker"]["workers"]) == (int(pid), 2)
+        with urllib.request.urlopen(f"{base}/", timeout=30) as response:
+            page, page_pid = response.read().decode(), response.headers["x-agentcache-worker"]
+        assert f"pid {page_pid}, one of 2: this page shows the sessions this worker served" in page
+        pids |= {int(pid), int(page_pid)}
+    assert pids and all(pid != os.getpid() for pid in pids)
 
 
 def _settled(port: int, sent: int) -> list[float]:

@@ -228,12 +228,21 @@ def build_live_view(report: AuditReport, tenant: str | None) -> LiveView:
 
 
 def render_live(
-    report: AuditReport, tenant: str | None, *, fragment: bool = False, poll_ms: int = 2000, nonce: str = ""
+    report: AuditReport,
+    tenant: str | None,
+    *,
+    fragment: bool = False,
+    poll_ms: int = 2000,
+    nonce: str = "",
+    worker: str | None = None,
 ) -> str:
     """The live page (HTML) of ``report`` for ``tenant`` (None: all tenants); ``fragment``: only the part the page
     replaces when it polls (``<div id="live">``'s content); ``poll_ms``: how often the page polls, milliseconds;
-    ``nonce``: its script's Content-Security-Policy nonce."""
+    ``nonce``: its script's Content-Security-Policy nonce; ``worker``: which of several worker processes drew it
+    (their pages differ), or None."""
     view = build_live_view(report, tenant)
     page = template("live.html.jinja")
     chart = token_chart(view.totals) if view.requests else None
-    return page.render(v=view, token_chart=chart, fragment=fragment, poll_ms=poll_ms, nonce=nonce, version=__version__)
+    return page.render(
+        v=view, token_chart=chart, fragment=fragment, poll_ms=poll_ms, nonce=nonce, version=__version__, worker=worker
+    )

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -51,7 +52,7 @@ from ._config import ProxyConfig
 from ._core import handle_api, relay
 from ._errors import ROUTES, style_for
 from ._forward import DateHeader, UpstreamStreamError
-from ._live_page import live_page
+from ._live_page import live_page, worker_label
 from ._state import ProxyState
 from ._trace import TraceContext
 
@@ -96,6 +97,9 @@ def create_app(
             return denied
         doc = state.report.to_dict(tenant)
         headers = {"x-agentcache-tenant": tenant or "*"}  # which view this is (tenant ids are hex or "anonymous")
+        if (worker := worker_label(state)) is not None:  # each worker's own view: say whose
+            doc["worker"] = {"pid": os.getpid(), "workers": state.config.workers, "note": worker}
+            headers["x-agentcache-worker"] = str(os.getpid())
         return Response(json.dumps(doc, indent=2).encode(), media_type="application/json", headers=headers)
 
     async def page(request: Request) -> Response:
