@@ -232,6 +232,14 @@ def test_unknown_format(tmp_path: Path) -> None:
         load(path, format="nonsense")
 
 
+def test_aiders_history_says_it_keeps_no_usage(tmp_path: Path) -> None:
+    """aider's own files keep no API usage: the error says so and how to audit aider (record through the proxy)."""
+    history = tmp_path / ".aider.chat.history.md"
+    history.write_text("# aider chat started at 2026-12-02 08:00:00\n\n#### hi\n", encoding="utf-8")
+    with pytest.raises(UnknownFormatError, match=r"aider's chat history keeps no API usage; .*--record DIR"):
+        load(history)
+
+
 def test_unreadable_and_invalid_json(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         load(tmp_path / "missing.json")

@@ -99,6 +99,14 @@ def log_format(path: Path) -> str | None:
     return next((f.name for f in LOG_FORMATS if f.sniff_path(path)), None)
 
 
+#: Agents' own files that keep no API usage, by name, with what to do instead of auditing them.
+_USAGELESS = {
+    name: "aider's chat history keeps no API usage; record its traffic with `agentcache proxy --record DIR` "
+    "(docs/integrations.md) and audit DIR"
+    for name in (".aider.chat.history.md", ".aider.input.history")
+}
+
+
 def sniff(path: Path) -> tuple[str, Any]:
     """``(format, parsed document)``; the document is None when not parsed (JSONL, ``.traj``, agent logs).
 
@@ -114,6 +122,8 @@ def sniff(path: Path) -> tuple[str, Any]:
         return "swe-agent", None
     head = read_head(path, SNIFF_BYTES)  # judged on its start: a device or a huge file is never read whole to sniff
     if head.lstrip()[:1] not in (b"{", b"["):
+        if path.name in _USAGELESS:
+            raise UnknownFormatError(f"{path.name}: {_USAGELESS[path.name]}", source=str(path))
         raise UnknownFormatError(f"unknown format: {path.name} is neither JSON nor JSONL", source=str(path))
     if _first_line_is_record(head.decode("utf-8", "replace")):
         return "jsonl", None  # streamed, line by line
