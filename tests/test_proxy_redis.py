@@ -154,6 +154,10 @@ def test_idle_sweep_closes_once_across_replicas(redis_url: str) -> None:
 def test_redis_down_keeps_forwarding() -> None:
     async def scenario() -> None:
         dead = f"redis://127.0.0.1:{_free_port()}/0"
+        with capture_logs() as logs:
+            async with proxy(redis_url=dead, redis_timeout=0.2):
+                pass
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["store.unreachable"]  # said at start
         async with proxy(redis_url=dead, redis_timeout=0.2) as (client, state, fake):
             started = time.monotonic()
             for n in (1, 3, 5):

@@ -231,8 +231,11 @@ class ProxyState:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[ProxyState]:
-        """``startup`` … ``shutdown`` as a context manager."""
+        """``startup`` … ``shutdown`` as a context manager; a session store that does not answer at startup is one
+        warning then (requests still fail open), not news at the first request."""
         await self.startup()
+        if not await self.store_ok():
+            log.warning("store.unreachable", note="requests go upstream as sent (fail open) until it answers")
         try:
             yield self
         finally:
