@@ -218,3 +218,17 @@ def test_bad_messages_cost_themselves(gen: Generated, tmp_path: Path) -> None:
     assert len(read.errors) == 2 and any("token count is not a count: 'many'" in str(e) for e in read.errors)
     assert len(read.usage_records) == len(read_opencode(_db(gen.home)).usage_records) - 2
     assert read.ignored == read.lines - len(read.usage_records) - 2
+
+
+def test_the_audit_says_the_title_calls_are_not_in_the_logs(gen: Generated) -> None:
+    """opencode keeps no record of its session-title calls (the fake saw them; the log did not): the audit says so
+    beside its figures, as it does for Claude Code's."""
+    from typer.testing import CliRunner
+
+    from agentcache._cli import app
+
+    titles = len(gen.fake.usage_log) - len(_calls(gen))
+    assert titles > 0
+    done = CliRunner().invoke(app, ["audit", str(_db(gen.home)), "--json"], catch_exceptions=False)
+    (source,) = json.loads(done.stdout)["sources"]
+    assert source["client"] == "opencode" and "session-title calls" in source["leaves_out"]

@@ -69,6 +69,7 @@ LOG_FORMATS: tuple[LogFormat, ...] = (
         sniff_path=_opencode.sniff_path,
         default_roots=_opencode.default_roots,
         suffixes=(".db", ".json"),
+        leaves_out="its session-title calls (made with its small model; not in its session data)",
     ),
     LogFormat("qwen-code", "Qwen Code", _qwen.read_qwen, _qwen.sniff_lines, default_roots=_qwen.default_roots),
 )
