@@ -205,3 +205,17 @@ def test_conversion_goes_through_chat() -> None:
     ]
     assert wire_for("openai.responses").to_chat(BODIES["openai.responses"])["messages"] == chat["messages"]
     assert not wire_for("openai.responses").replay_target
+
+
+def test_the_fake_upstream_runs_as_a_file(tmp_path: Any) -> None:
+    """``python tests/clients/fake_upstream.py`` from any folder (capturing a client's traffic) finds ``tests``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "clients" / "fake_upstream.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--port PORT" in done.stdout and "--log LOG" in done.stdout
