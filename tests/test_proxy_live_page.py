@@ -204,3 +204,33 @@ def test_live_page_shows_coalesced_siblings() -> None:
     (released,) = [r for r in _table(html, "coalescing") if r[0] == "released"]
     assert released[1:3] == ["3", "3"] and float(released[3]) > 1.0
     assert 3 * 3000 <= int(released[4].replace(",", "")) <= 3 * 3300  # as test_coalesce.py measures it
+
+
+def test_live_page_names_title_calls_and_every_model_of_a_session() -> None:
+    """Claude Code's lineage: a title call (no tools) is a side call, not a subagent; a session that switched
+    models shows both, in order of first use."""
+    asyncio.run(_title_and_models())
+
+
+async def _title_and_models() -> None:
+    async with proxy() as (client, _state, _fake):
+        msgs = conversation(6)
+        lineage = {"x-api-key": ANTHROPIC_KEY, "x-claude-code-session-id": "cc-lineage"}
+        for body in (
+            anthropic_body(msgs[:1]),
+            {"model": "claude-haiku-4-5", "max_tokens": 32, "system": "Write a title.", "messages": msgs[:1]},
+            anthropic_body(msgs[:3]),
+            anthropic_body(msgs[:5], model="claude-sonnet-4-6"),
+        ):
+            assert (await client.post("/v1/messages", json=body, headers=lineage)).status_code == 200
+        html = (await client.get("/agentcache/?fragment=1", headers={"x-api-key": ANTHROPIC_KEY})).text
+    rows = re.findall(r'<tr class="(root|sub)" data-session="[^"]*".*?</tr>', html, re.S)
+    assert rows == ["root", "sub"]
+    tree = re.search(r'<table class="tree" id="session-tree">.*?</table>', html, re.S)
+    assert tree is not None
+    cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+             for r in re.findall(r"<tr class=\"(?:root|sub)\"[^>]*>(.*?)</tr>", tree.group(0), re.S)]  # fmt: skip
+    (main, title) = cells
+    assert main[2] == "claude-opus-4-8, claude-sonnet-4-6"  # the switch shows both models
+    assert title[0].endswith("side call") and "subagent" not in title[0]
+    assert title[2] == "claude-haiku-4-5"

@@ -65,8 +65,9 @@ class LiveTurn:
     """What the live page needs of one request's pipeline decision (a kept turn record's ``prepared``): the
     ``client`` that sent it (the agent it declares, else its user agent's product; None when unknown), the
     ``model`` it named, the ``provider`` whose prices apply, the TTL decision (``ttl``; None off Anthropic), the
-    keep-warm decision made after it (``keep_warm``: a ``KeepWarmDecision``; None when none was made) and, when it
-    was held for a sibling writing its prefix, the hold (``coalesced``: a :class:`~agentcache.session.Hold`)."""
+    keep-warm decision made after it (``keep_warm``: a ``KeepWarmDecision``; None when none was made), when it
+    was held for a sibling writing its prefix, the hold (``coalesced``: a :class:`~agentcache.session.Hold`), and
+    whether it carried tools (``loop``: an agent loop's turn; a title or summary call carries none)."""
 
     client: str | None
     model: str
@@ -74,6 +75,7 @@ class LiveTurn:
     ttl: Any = None
     keep_warm: Any = None
     coalesced: Any = None
+    loop: bool = True
 
 
 class LiveReport:
@@ -147,7 +149,8 @@ class LiveReport:
         usages = {arm: r.usage for arm, r in done.results.items()}
         if done.reported is not None:
             usages["reported"] = done.reported
-        live = LiveTurn(client, model or "", target.name, prepared.ttl, keep_warm, hold)
+        loop = bool(turn.body.get("tools"))
+        live = LiveTurn(client, model or "", target.name, prepared.ttl, keep_warm, hold, loop)
         self.turns.append(TurnRecord(session, turn.signal.turn, prepared.at, usages, prepared.repairs, (), live))
         if self.engine is not None and getattr(target, "engine", None) == Engine.LLAMA_CPP:
             self.engine.submit(session, turn.api, turn.body, usage)
