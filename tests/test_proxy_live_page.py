@@ -234,3 +234,19 @@ async def _title_and_models() -> None:
     assert main[2] == "claude-opus-4-8, claude-sonnet-4-6"  # the switch shows both models
     assert title[0].endswith("side call") and "subagent" not in title[0]
     assert title[2] == "claude-haiku-4-5"
+
+
+def test_live_page_says_a_model_is_not_in_the_price_table() -> None:
+    async def scenario() -> str:
+        async with proxy() as (client, _state, _fake):
+            headers = {"x-api-key": ANTHROPIC_KEY, "x-agentcache-session": "new-model"}
+            body = anthropic_body(conversation(1), model="claude-nova-9")
+            assert (await client.post("/v1/messages", json=body, headers=headers)).status_code == 200
+            return (await client.get("/agentcache/?fragment=1", headers={"x-api-key": ANTHROPIC_KEY})).text
+
+    html = asyncio.run(scenario())
+    warning = re.search(r'<p class="warn">(.*?)</p>', html, re.S)
+    assert warning is not None
+    text = re.sub(r"<[^>]+>", "", warning.group(1))
+    assert "claude-nova-9 (1 requests) is not in the anthropic price table" in text
+    assert "priced as claude-opus-4-8, an estimate" in text

@@ -27,7 +27,7 @@ from ._html_charts import arm_colors, token_chart, turn_chart, turn_columns
 from ._html_env import template
 from ._html_logs_tree import TreeRow, build_tree
 from ._inferred import read_instead
-from ._report import ArmMetrics, AuditReport, SessionReport, TurnRecord
+from ._report import ArmMetrics, AuditReport, ModelRecord, SessionReport, TurnRecord
 
 __all__ = ["LiveView", "build_live_view", "render_live"]
 
@@ -83,6 +83,7 @@ class LiveView:
     tenant: str
     provider: str
     model: str
+    price_models: list[ModelRecord]
     sessions: int
     requests: int
     totals: dict[str, ArmMetrics]
@@ -225,6 +226,7 @@ def build_live_view(report: AuditReport, tenant: str | None) -> LiveView:
         tenant="all tenants" if tenant is None else tenant,
         provider=report.provider,
         model=report.model,
+        price_models=list(report.models),
         sessions=len(report.sessions),
         requests=sum(s.requests for s in report.sessions),
         totals=report.totals,

@@ -20,7 +20,7 @@ from typing import Any
 
 from ._html_logs_tree import SessionCalls, TreeRow, build_tree, costliest_sessions, miss_times
 from ._html_view import ArmRow
-from ._report import ArmMetrics, AuditReport, MissRecord
+from ._report import ArmMetrics, AuditReport, MissRecord, ModelRecord
 from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow, SourceRow
 
 __all__ = ["LEVERS", "LOG_ARM_HELP", "LogsView", "build_logs_view"]
@@ -93,6 +93,7 @@ class LogsView:
     provider: str
     model: str
     models: list[str]
+    price_models: list[ModelRecord]
     sources: list[SourceRow]
     first_day: str | None
     last_day: str | None
@@ -141,6 +142,7 @@ def build_logs_view(
         provider=report.provider,
         model=report.model,
         models=[r.key for r in report.groups.get("model", [])],
+        price_models=list(report.models),
         sources=list(report.sources),
         first_day=days[0] if days else None,
         last_day=days[-1] if days else None,
