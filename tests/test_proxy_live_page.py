@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from agentcache._config import Settings
+from agentcache.analysis._report_logs import FIXES
 from agentcache.proxy import ProxyConfig, create_app
 from tests import needs
 from tests.test_proxy_support import (
@@ -76,6 +77,8 @@ async def _tenant_only() -> None:
         assert html.count('class="panel timeline"') == 2 and 'class="miss"' in html
         causes = re.search(r'<table id="causes">.*?</table>', html, re.S)
         assert causes is not None and "system.changed" in causes.group(0)
+        (row,) = [r for r in _table(html, "causes") if r[1] == "system.changed"]
+        assert row[-1] == FIXES["system.changed"]  # what to do: the audits' one table of fixes
 
         fragment = await client.get("/agentcache/?fragment=1", headers={"x-api-key": ANTHROPIC_KEY})
         assert fragment.status_code == 200 and "<html" not in fragment.text and "helper" in fragment.text

@@ -9,7 +9,8 @@ timeline per recent session (each turn's prompt tokens read / written / uncached
 mark above each turn that broke its prefix or missed the cache); breaks and misses by cause with the tokens and USD
 they lost; the TTL, keep-warm and coalescing decisions of the recent turns. Everything is read from the report;
 nothing here keeps state. A break's or miss's USD lost is what its lost tokens cost beyond reading them, at its
-turn's model's prices (a repaired break lost nothing).
+turn's model's prices (a repaired break lost nothing); beside each cause, what to do about it (the audits' one
+table, :data:`~._report_logs.FIXES`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ._html_env import template
 from ._html_logs_tree import TreeRow, build_tree
 from ._inferred import read_instead
 from ._report import ArmMetrics, AuditReport, ModelRecord, SessionReport, TurnRecord
+from ._report_logs import FIXES
 
 __all__ = ["LiveView", "build_live_view", "render_live"]
 
@@ -40,7 +42,8 @@ SENT = "agentcache"
 @dataclass(frozen=True, slots=True)
 class CauseRow:
     """Breaks (``kind`` ``break``) or misses of one ``cause``: how many, in how many sessions, how many agentcache
-    ``repaired``, the tokens lost (unrepaired ones) and what they cost (USD, beyond reading them)."""
+    ``repaired``, the tokens lost (unrepaired ones), what they cost (USD, beyond reading them) and what to do
+    about them (``fix``: the one table of causes' fixes, :data:`~._report_logs.FIXES`; empty when it has none)."""
 
     kind: str
     cause: str
@@ -49,6 +52,7 @@ class CauseRow:
     repaired: int
     tokens_lost: int
     usd_lost: float
+    fix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,7 @@ def _causes(report: AuditReport, turns: dict[tuple[str, int], TurnRecord]) -> li
             sum(1 for i in items if i[1]),
             sum(i[2] for i in items),
             sum(usd_lost(turns.get((i[0], i[3])), i[2]) for i in items),
+            FIXES.get(cause, ""),
         )
         for (kind, cause), items in rows.items()
     ]
