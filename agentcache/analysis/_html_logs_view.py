@@ -21,7 +21,7 @@ from typing import Any
 from ._html_logs_tree import SessionCalls, TreeRow, build_tree, costliest_sessions, miss_times
 from ._html_view import ArmRow
 from ._report import ArmMetrics, AuditReport, MissRecord, ModelRecord
-from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow, SourceRow
+from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow, NotWorthIt, SourceRow, not_worth_it
 
 __all__ = ["LEVERS", "LOG_ARM_HELP", "LogsView", "build_logs_view"]
 
@@ -112,6 +112,7 @@ class LogsView:
     tree_rest: dict[str, Any] | None
     max_rows: int
     details: list[SessionCalls] = field(default_factory=list)
+    not_worth_it: NotWorthIt | None = None
 
 
 def build_logs_view(
@@ -137,6 +138,7 @@ def build_logs_view(
     misses = [m for m in report.misses if m.arm == "reported"]
     biggest = sorted(misses, key=lambda m: -(m.usd_lost or 0.0))[:largest]
     tree, rest = build_tree(report.sessions, report.misses, top)
+    worse = not_worth_it(report.sessions)
     return LogsView(
         inputs=list(inputs),
         provider=report.provider,
@@ -152,7 +154,8 @@ def build_logs_view(
         arms=arms,
         lost_usd=sum(c.usd_lost for c in report.causes),
         spend=_spend(report.spend),
-        causes=[_cause(c) for c in report.causes],
+        causes=[_cause(c, worse) for c in report.causes],
+        not_worth_it=worse,
         largest=_largest(report, biggest),
         misses=len(misses),
         days=report.groups.get("day", []),
@@ -172,9 +175,10 @@ def _spend(spend: dict[str, float]) -> list[SpendLine]:
     return [SpendLine(k, SPEND_LABELS[k], spend[k], spend[k] / total) for k in SPEND if spend.get(k)]
 
 
-def _cause(c: CauseRow) -> CauseLine:
+def _cause(c: CauseRow, worse: NotWorthIt | None) -> CauseLine:
     levers = [(LEVERS.get(k, k), v) for k, v in sorted(c.saved_by.items(), key=lambda kv: -kv[1])]
-    return CauseLine(c, c.misses - c.diagnosed, FIXES.get(c.cause, ""), levers)
+    fix = (worse.fix(c.cause) if worse is not None else None) or FIXES.get(c.cause, "")
+    return CauseLine(c, c.misses - c.diagnosed, fix, levers)
 
 
 def _largest(report: AuditReport, largest: list[MissRecord]) -> list[MissLine]:
