@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis._ledger import Ledger
-from ..analysis._report import ArmMetrics, AuditReport, ModelRecord, TurnRecord
+from ..analysis._report import ArmMetrics, AuditReport, MissRecord, ModelRecord, TurnRecord
 from ..model._rules import lookup_model
 from ..model._types import Engine, TargetKind
 from ..model._usage import CacheUsage
@@ -122,9 +122,11 @@ class LiveReport:
         client: str | None = None,
         keep_warm: Any = None,
         hold: Any = None,
-    ) -> None:
+    ) -> MissRecord | None:
         """Add one committed request: its session key (``tenant/sid``), the turn, the reported usage, and when
-        known the ``client`` that sent it, the keep-warm decision made after it and its coalescing ``hold``."""
+        known the ``client`` that sent it, the keep-warm decision made after it and its coalescing ``hold``.
+        Returns the miss of what agentcache sent (the ``agentcache`` arm's, in the scope-wide simulated cache: a
+        subagent's first call that reads less than the scope holds), or None (no miss, or ``simulate`` off)."""
         target = turn.session.target
         assert target is not None
         prepared = turn.prepared
@@ -157,6 +159,7 @@ class LiveReport:
         if self.metrics is not None:  # the reported arm's cost comes from the turn's event
             label = provider_label(turn.api, target.kind == TargetKind.ENGINE)
             self.metrics.sink.record(label, model, done)
+        return next((m for m in done.misses if m.arm == "agentcache"), None)
 
     def _count(self, counts: Counter[Any], name: Any) -> None:
         counts[name] += 1
