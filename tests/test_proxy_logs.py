@@ -192,9 +192,9 @@ def test_the_start_line_names_only_the_settings_that_differ(
 
 def test_the_line_carries_a_subagents_scope_wide_miss(capsys: pytest.CaptureFixture[str]) -> None:
     """A subagent's first call whose tools are its parent's less the last: it shares the tools the parent sent but
-    ends before the parent's marked entry. No break (its session had sent nothing), but a miss on what agentcache
-    sent, which the live report finds in the scope-wide cache: the log line carries it, as the report has it. Its
-sibling reads the whole shared prefix from the helper's entries: no miss."""
+        ends before the parent's marked entry. No break (its session had sent nothing), but a miss on what agentcache
+        sent, which the live report finds in the scope-wide cache: the log line carries it, as the report has it. Its
+    sibling reads the whole shared prefix from the helper's entries: no miss."""
 
     async def scenario() -> list[Any]:
         async with proxy() as (client, state, _):
