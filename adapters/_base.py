@@ -187,6 +187,7 @@ class Wire(Endpoint, ABC):
         chunk's ``usage``, llama.cpp's ``timings``, SGLang's ``meta_info`` (most chunks carry none of them)."""
         if (usage := read_field(event, "usage")) is not None:
             acc.usage_fields = as_dict(usage) or acc.usage_fields
+            acc.note_model(event)  # the usage chunk names the model as every chunk does
         if (timings := read_field(event, "timings")) is not None:
             acc.timings = as_dict(timings) or acc.timings
         if (meta := read_field(event, "meta_info")) is not None:

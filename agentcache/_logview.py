@@ -33,6 +33,8 @@ _USAGE: tuple[tuple[str, str], ...] = (
     ("cache_write", "usage.cache_write_tokens"),
     ("cause", "reuse_boundary.cause"),
     ("lost_tokens", "reuse_boundary.tokens_lost"),
+    ("miss", "miss.cause"),
+    ("miss_tokens", "miss.tokens_lost"),
     ("repairs", "repairs"),
     ("cost_usd", "cost_usd"),
 )

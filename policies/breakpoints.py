@@ -13,7 +13,10 @@ priority order:
    to resend (``PlanHints.ephemeral_tail``); it writes the entry the next turn reads;
 2. **sibling**: the end of the prefix a subagent's first request shares with its sibling's (learned per
    lineage: ``PlanHints.sibling_at``), when they diverge inside the messages: the sibling subagents then read
-   one entry for their shared task context instead of each writing it (claude-code#82739, #50213);
+   one entry for their shared task context instead of each writing it (claude-code#82739, #50213). The *first*
+   subagent gets no such marker, and none could help it: where its tool list leaves its parent's (Claude Code
+   2.1.197: after 12 of the parent's 25 tools) no earlier request tells, the parent's entries end at its own marked
+   depths, and its siblings read their whole static prefix from the first one's entries (docs/policies.md);
 3. **read**: the deepest entry the session's previous request wrote that this request still shares,
    when the tail is more than ``lookback_blocks - 1`` content blocks past it (a long fan-out turn);
 4. **rewrite**: the last block before the message the client is expected to rewrite next turn

@@ -183,3 +183,72 @@ def test_a_compaction_run_is_its_compaction() -> None:
 
 def test_duration_words() -> None:
     assert [duration(s) for s in (42, 60, 432, 3600, 3780)] == ["42s", "1m", "7m 12s", "1h", "1h 03m"]
+
+
+def test_whatif_that_costs_more_is_not_recommended() -> None:
+    """The TTL policy bets on past pauses: after a 10-minute pause it writes 1h, and the next pause outlasts the
+    hour, so the premium buys nothing. The audit says so ("not worth it", the session named), and with the levers
+    costing more in all, its "What to do" does not recommend them."""
+    import io
+
+    from rich.console import Console
+
+    from agentcache.analysis._render_logs import render_logs_report
+    from agentcache.analysis._report_logs import FIXES, not_worth_it
+
+    calls = [
+        call(0, 0, 0, 20_000),
+        call(1, 30, 20_000, 2_000),
+        call(2, 60, 22_000, 2_000),
+        call(3, 660, 0, 26_000),  # ttl.expired: the policy turns to 1h
+        *(call(4 + i, 700 + 30 * i, 26_000 + 1_000 * i, 1_000) for i in range(5)),
+        call(9, 10_000, 0, 31_000),  # past the hour: the 1h writes bought nothing
+    ]
+    report = audit_logs(calls)
+    premium = RATE * (2.0 - 1.25) * 1_000 * 5
+    assert report.totals["agentcache"].cost_usd - report.totals["reported"].cost_usd == pytest.approx(premium)
+    worse = not_worth_it(report.sessions)
+    assert worse is not None and worse.sessions == ["s"] and worse.everywhere
+    assert worse.extra_usd == pytest.approx(premium)
+    out = io.StringIO()
+    render_logs_report(report, Console(file=out, width=400, color_system=None))
+    text = out.getvalue()
+    assert (
+        f"Not worth it on these logs: agentcache's TTL policy and keep-warm would have cost {premium:.4f} USD" in text
+    )
+    assert FIXES["ttl.expired"] not in text
+    assert "ttl.expired: not worth it on these logs (see above): keep the client's own TTL" in text
+    from agentcache.analysis._html import render_html
+
+    page = render_html(report)
+    assert 'id="not-worth-it">Not worth it on these logs' in page and FIXES["ttl.expired"] not in page
+
+
+def test_sample_names_the_sessions_where_the_whatif_costs_more() -> None:
+    """``agentcache audit --sample``: 3 of its 34 sessions cost more under the policies (a 1h TTL chosen after a
+    pause under the hour, then a pause past it); the audit names them and still recommends the levers, which save
+    in all."""
+    import io
+
+    from rich.console import Console
+
+    from agentcache._cli_audit import sample_path
+    from agentcache._cli_errors import Errors
+    from agentcache._cli_inputs import load_inputs
+    from agentcache.analysis._render_logs import render_logs_report
+    from agentcache.analysis._report_logs import FIXES, not_worth_it
+
+    report = audit_logs(load_inputs([sample_path()], None, None, Errors()).usage_records)
+    worse = not_worth_it(report.sessions)
+    assert worse is not None and not worse.everywhere and worse.of == 34
+    assert [s[:8] for s in worse.sessions] == ["77467e9f", "3eeb25b1", "9a2670aa"]
+    for key in worse.sessions:
+        (s,) = [s for s in report.sessions if s.session == key]
+        assert s.arms["agentcache"].cost_usd > s.arms["reported"].cost_usd
+    out = io.StringIO()
+    render_logs_report(report, Console(file=out, width=400, color_system=None))
+    assert (
+        "Not worth it on 3 of 34 sessions: there agentcache's TTL policy and keep-warm would have cost"
+        in out.getvalue()
+    )
+    assert FIXES["ttl.expired"] in out.getvalue()

@@ -364,3 +364,15 @@ def test_screenshot_in_headless_chromium(tmp_path: Path) -> None:
     # their purple miss marks.
     assert whole.get((0xE6, 0x51, 0x00), 0) > 5_000 and whole.get((0xC6, 0x28, 0x28), 0) > 10_000
     assert whole.get((0x2E, 0x7D, 0x32), 0) > 50_000 and whole.get((0x6A, 0x1B, 0x9A), 0) > 200
+
+
+def test_a_model_not_in_the_price_table_is_named_with_its_estimate() -> None:
+    """As the terminal says it: a call of an unknown model is counted at the default model's prices, and the page
+    says so (a total is never silently another model's)."""
+    recs = [dataclasses.replace(r, model="claude-nova-9") if r.session == "q" else r for r in handmade()]
+    report = audit_logs(recs)
+    (unknown,) = [m for m in report.models if not m.known]
+    assert (unknown.model, unknown.requests, unknown.priced_as) == ("claude-nova-9", 3, OPUS)
+    page = re.sub(r"<[^>]+>", "", render_html(report))
+    assert "Model claude-nova-9 (3 requests) is not in the anthropic price table: its USD are priced as" in page
+    assert f"{_terminal(report).count('unknown anthropic model claude-nova-9 (3 requests): priced as')}" == "1"

@@ -80,3 +80,20 @@ def test_agentcache_table_form_and_bad_rows(tmp_path: Path) -> None:
     bad.write_text('[models.anthropic."claude-opus-4-8"]\nprice = 1.0\n')
     with pytest.raises(ConfigError, match=r"unknown field\(s\) price"):
         load_settings(bad)
+
+
+def test_codex_default_model_is_priced_from_its_page_with_writes_and_long_context() -> None:
+    """gpt-6.2-sol (Codex 0.171's default): $2 input, $0.10 cached, $2.50 writes; over 272K prompt tokens every
+    input-side rate doubles for the whole request (developers.openai.com/api/docs/models/gpt-6.2-sol)."""
+    rules = openai_rules("gpt-6.2-sol")
+    assert rules.known and rules.model == "gpt-6.2-sol"
+    short = CacheUsage(160_000, 50_000, 10_000, 100_000, "openai.responses")
+    assert cost_usd(short, "openai", "gpt-6.2-sol") == pytest.approx((100_000 * 2 + 50_000 * 0.1 + 10_000 * 2.5) / 1e6)
+    long = CacheUsage(300_000, 100_000, 0, 200_000, "openai.responses")
+    assert cost_usd(long, "openai", "gpt-6.2-sol") == pytest.approx(2 * (200_000 * 2 + 100_000 * 0.1) / 1e6)
+    edge = CacheUsage(272_000, 0, 0, 272_000, "openai.responses")  # exactly 272K: the short-context rate
+    assert cost_usd(edge, "openai", "gpt-6.2-sol") == pytest.approx(272_000 * 2 / 1e6)
+    # a model without a write price or threshold: writes at the input price, no doubling (as before)
+    assert cost_usd(long, "openai", "gpt-5.4") == pytest.approx((200_000 * 2.5 + 100_000 * 0.25) / 1e6)
+    wrote = CacheUsage(20_000, 0, 10_000, 10_000, "openai.responses")
+    assert cost_usd(wrote, "openai", "gpt-5.4") == pytest.approx(20_000 * 2.5 / 1e6)

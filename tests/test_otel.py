@@ -140,6 +140,7 @@ def test_proxy_turns_become_spans_with_genai_and_agentcache_attributes(receiver:
     for attrs, usage in zip((first, cached, broken), usages, strict=True):
         assert attrs["gen_ai.operation.name"] == "chat" and attrs["gen_ai.provider.name"] == "anthropic"
         assert attrs["gen_ai.request.model"] == "claude-opus-4-8" and attrs["agentcache.session"] == "otel-main"
+        assert attrs["gen_ai.response.model"] == "claude-opus-4-8"  # the fake's response names it
         read, written = usage["cache_read_input_tokens"], usage["cache_creation_input_tokens"]
         assert attrs["gen_ai.usage.cache_read.input_tokens"] == read
         assert attrs["gen_ai.usage.cache_creation.input_tokens"] == written
@@ -180,7 +181,7 @@ def test_wrap_exports_the_same_span(receiver: Receiver) -> None:
     usage = {"input_tokens": 40, "cache_read_input_tokens": 1200, "cache_creation_input_tokens": 30}
 
     def handler(request: Any) -> Any:
-        return httpx2.Response(200, json=anthropic_message(usage))
+        return httpx2.Response(200, json={**anthropic_message(usage), "model": "claude-opus-4-8-20261201"})
 
     http = httpx2.Client(transport=httpx2.MockTransport(handler))
     sessions = agentcache.Sessions(settings=Settings(otel=True))
@@ -195,6 +196,8 @@ def test_wrap_exports_the_same_span(receiver: Receiver) -> None:
     assert attrs["gen_ai.usage.cache_read.input_tokens"] == 1200
     assert attrs["gen_ai.usage.cache_creation.input_tokens"] == 30
     assert attrs["agentcache.session"] == client.agentcache_session.session_id
+    assert attrs["gen_ai.request.model"] == "claude-opus-4-8"  # what was asked for
+    assert attrs["gen_ai.response.model"] == "claude-opus-4-8-20261201"  # what answered
 
 
 def test_an_unreachable_exporter_never_touches_a_request(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from agentcache._config import Settings
+from agentcache.analysis._report_logs import FIXES
 from agentcache.proxy import ProxyConfig, create_app
 from tests import needs
 from tests.test_proxy_support import (
@@ -77,6 +78,8 @@ async def _tenant_only() -> None:
         assert html.count('class="panel timeline"') == 2 and 'class="miss"' in html
         causes = re.search(r'<table id="causes">.*?</table>', html, re.S)
         assert causes is not None and "system.changed" in causes.group(0)
+        (row,) = [r for r in _table(html, "causes") if r[1] == "system.changed"]
+        assert row[-1] == FIXES["system.changed"]  # what to do: the audits' one table of fixes
 
         fragment = await client.get("/agentcache/?fragment=1", headers={"x-api-key": ANTHROPIC_KEY})
         assert fragment.status_code == 200 and "<html" not in fragment.text and "helper" in fragment.text
@@ -205,3 +208,49 @@ def test_live_page_shows_coalesced_siblings() -> None:
     (released,) = [r for r in _table(html, "coalescing") if r[0] == "released"]
     assert released[1:3] == ["3", "3"] and float(released[3]) > 1.0
     assert 3 * 3000 <= int(released[4].replace(",", "")) <= 3 * 3300  # as test_coalesce.py measures it
+
+
+def test_live_page_names_title_calls_and_every_model_of_a_session() -> None:
+    """Claude Code's lineage: a title call (no tools) is a side call, not a subagent; a session that switched
+    models shows both, in order of first use."""
+    asyncio.run(_title_and_models())
+
+
+async def _title_and_models() -> None:
+    async with proxy() as (client, _state, _fake):
+        msgs = conversation(6)
+        lineage = {"x-api-key": ANTHROPIC_KEY, "x-claude-code-session-id": "cc-lineage"}
+        for body in (
+            anthropic_body(msgs[:1]),
+            {"model": "claude-haiku-4-5", "max_tokens": 32, "system": "Write a title.", "messages": msgs[:1]},
+            anthropic_body(msgs[:3]),
+            anthropic_body(msgs[:5], model="claude-sonnet-4-6"),
+        ):
+            assert (await client.post("/v1/messages", json=body, headers=lineage)).status_code == 200
+        html = (await client.get("/agentcache/?fragment=1", headers={"x-api-key": ANTHROPIC_KEY})).text
+    rows = re.findall(r'<tr class="(root|sub)" data-session="[^"]*".*?</tr>', html, re.S)
+    assert rows == ["root", "sub"]
+    tree = re.search(r'<table class="tree" id="session-tree">.*?</table>', html, re.S)
+    assert tree is not None
+    cells = [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", r, re.S)]
+             for r in re.findall(r"<tr class=\"(?:root|sub)\"[^>]*>(.*?)</tr>", tree.group(0), re.S)]  # fmt: skip
+    (main, title) = cells
+    assert main[2] == "claude-opus-4-8, claude-sonnet-4-6"  # the switch shows both models
+    assert title[0].endswith("side call") and "subagent" not in title[0]
+    assert title[2] == "claude-haiku-4-5"
+
+
+def test_live_page_says_a_model_is_not_in_the_price_table() -> None:
+    async def scenario() -> str:
+        async with proxy() as (client, _state, _fake):
+            headers = {"x-api-key": ANTHROPIC_KEY, "x-agentcache-session": "new-model"}
+            body = anthropic_body(conversation(1), model="claude-nova-9")
+            assert (await client.post("/v1/messages", json=body, headers=headers)).status_code == 200
+            return (await client.get("/agentcache/?fragment=1", headers={"x-api-key": ANTHROPIC_KEY})).text
+
+    html = asyncio.run(scenario())
+    warning = re.search(r'<p class="warn">(.*?)</p>', html, re.S)
+    assert warning is not None
+    text = re.sub(r"<[^>]+>", "", warning.group(1))
+    assert "claude-nova-9 (1 requests) is not in the anthropic price table" in text
+    assert "priced as claude-opus-4-8, an estimate" in text

@@ -188,3 +188,38 @@ def test_the_start_line_names_only_the_settings_that_differ(
         " upstream=http://127.0.0.1:9 engine=none store=memory"
         f" live_page=http://127.0.0.1:{port.group(1)}/agentcache/ settings.markers=own settings.coalesce=false"
     )
+
+
+def test_the_line_carries_a_subagents_scope_wide_miss(capsys: pytest.CaptureFixture[str]) -> None:
+    """A subagent's first call whose tools are its parent's less the last: it shares the tools the parent sent but
+        ends before the parent's marked entry. No break (its session had sent nothing), but a miss on what agentcache
+        sent, which the live report finds in the scope-wide cache: the log line carries it, as the report has it. Its
+    sibling reads the whole shared prefix from the helper's entries: no miss."""
+
+    async def scenario() -> list[Any]:
+        async with proxy() as (client, state, _):
+            msgs = conversation(3)
+            main = {**HEADERS, "x-agentcache-session": "main"}
+            for n in (1, 3):
+                await client.post("/v1/messages", json=anthropic_body(msgs[:n]), headers=main)
+            for run, name in ((1, "helper"), (2, "sibling")):  # the sibling reads the helper's entries
+                body = anthropic_body(conversation(1, run=run))
+                body["tools"] = body["tools"][:-1]
+                body["system"] = "You are a helper subagent. " + str(body["system"])
+                sub = {**HEADERS, "x-agentcache-session": name, "x-agentcache-parent": "main"}
+                await client.post("/v1/messages", json=body, headers=sub)
+            return [m for m in state.report.report().misses if m.arm == "agentcache"]
+
+    configure_logging("json", "info")
+    (miss,) = asyncio.run(scenario())
+    events = [json.loads(ln) for ln in capsys.readouterr().err.splitlines()]
+    lines = [e for e in events if e["event"] == "proxy.request"]
+    assert [ln.get("miss") for ln in lines[:2]] == [None, None]
+    helper = lines[2]
+    assert helper["session_signal"]["session_id"] == "helper" and helper["reuse_boundary"]["cause"] is None
+    assert miss.session.endswith("/helper") and miss.request == 0
+    assert helper["miss"] == {"cause": "markers.missing", "tokens_lost": miss.tokens_lost, "where": miss.where}
+    assert miss.tokens_lost > 1000 and miss.where == "tools[12]"
+    assert lines[3]["session_signal"]["session_id"] == "sibling" and "miss" not in lines[3]  # docs/policies.md
+    console = short_form(None, "info", helper)
+    assert console["miss"] == "markers.missing" and console["miss_tokens"] == f"{miss.tokens_lost:,}".replace(",", "")

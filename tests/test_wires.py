@@ -70,6 +70,7 @@ def test_a_wires_usage_reads_its_responses_and_streams_alike(api: str) -> None:
     cold, warm = wire.read_usage(first.json()), wire.read_usage(second.json())
     assert cold is not None and warm is not None
     assert cold.cache_read_tokens == 0 and cold.prompt_tokens > 100
+    assert cold.response_model == body["model"]  # the fake answers with the model it was asked for
     assert warm.prompt_tokens == cold.prompt_tokens
     assert warm.cache_read_tokens == warm.prompt_tokens  # the same request again: all of it read
     assert warm.output_tokens == 8
@@ -81,6 +82,7 @@ def test_a_wires_usage_reads_its_responses_and_streams_alike(api: str) -> None:
     assert acc.ended
     assert acc.usage is not None
     assert (acc.usage.prompt_tokens, acc.usage.cache_read_tokens) == (warm.prompt_tokens, warm.prompt_tokens)
+    assert acc.usage.response_model == body["model"]
     last = stream.text.strip().splitlines()[-1].encode()
     assert any(marker in last for marker in wire.sse_end_markers)
 
@@ -205,3 +207,17 @@ def test_conversion_goes_through_chat() -> None:
     ]
     assert wire_for("openai.responses").to_chat(BODIES["openai.responses"])["messages"] == chat["messages"]
     assert not wire_for("openai.responses").replay_target
+
+
+def test_the_fake_upstream_runs_as_a_file(tmp_path: Any) -> None:
+    """``python tests/clients/fake_upstream.py`` from any folder (capturing a client's traffic) finds ``tests``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent / "clients" / "fake_upstream.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--port PORT" in done.stdout and "--log LOG" in done.stdout

@@ -3,13 +3,14 @@ with the HTML audit report's templates and chart helpers (``templates/live.html.
 the session tree of :mod:`._html_logs_tree`).
 
 It shows, for the tenant whose report it is: the arms' totals (USD spent as reported, USD agentcache saved against
-the client's own requests); the sessions as a tree (lineage → sessions → subagents) with their client, model,
-turns, hit rate, USD spent and saved, and their last break or miss; a timeline per recent session (each turn's
-prompt tokens read / written / uncached as the upstream reported them, a mark above each turn that broke its prefix
-or missed the cache); breaks and misses by cause with the tokens and USD they lost; the TTL, keep-warm and
-coalescing decisions of the recent turns. Everything is
-read from the report; nothing here keeps state. A break's or miss's USD lost is what its lost tokens cost beyond
-reading them, at its turn's model's prices (a repaired break lost nothing).
+the client's own requests); the sessions as a tree (lineage → sessions → subagents and side calls, such as a
+title request) with their client, models, turns, hit rate, USD spent and saved, and their last break or miss; a
+timeline per recent session (each turn's prompt tokens read / written / uncached as the upstream reported them, a
+mark above each turn that broke its prefix or missed the cache); breaks and misses by cause with the tokens and USD
+they lost; the TTL, keep-warm and coalescing decisions of the recent turns. Everything is read from the report;
+nothing here keeps state. A break's or miss's USD lost is what its lost tokens cost beyond reading them, at its
+turn's model's prices (a repaired break lost nothing); beside each cause, what to do about it (the audits' one
+table, :data:`~._report_logs.FIXES`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from ._html_charts import arm_colors, token_chart, turn_chart, turn_columns
 from ._html_env import template
 from ._html_logs_tree import TreeRow, build_tree
 from ._inferred import read_instead
-from ._report import ArmMetrics, AuditReport, SessionReport, TurnRecord
+from ._report import ArmMetrics, AuditReport, ModelRecord, SessionReport, TurnRecord
+from ._report_logs import FIXES
 
 __all__ = ["LiveView", "build_live_view", "render_live"]
 
@@ -40,7 +42,8 @@ SENT = "agentcache"
 @dataclass(frozen=True, slots=True)
 class CauseRow:
     """Breaks (``kind`` ``break``) or misses of one ``cause``: how many, in how many sessions, how many agentcache
-    ``repaired``, the tokens lost (unrepaired ones) and what they cost (USD, beyond reading them)."""
+    ``repaired``, the tokens lost (unrepaired ones), what they cost (USD, beyond reading them) and what to do
+    about them (``fix``: the one table of causes' fixes, :data:`~._report_logs.FIXES`; empty when it has none)."""
 
     kind: str
     cause: str
@@ -49,6 +52,7 @@ class CauseRow:
     repaired: int
     tokens_lost: int
     usd_lost: float
+    fix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,7 @@ class LiveView:
     tenant: str
     provider: str
     model: str
+    price_models: list[ModelRecord]
     sessions: int
     requests: int
     totals: dict[str, ArmMetrics]
@@ -90,6 +95,7 @@ class LiveView:
     tree: list[TreeRow]
     rest: dict[str, Any] | None
     labels: dict[str, tuple[str, str]]
+    kinds: dict[str, str]
     session_saved: dict[str, float | None]
     timelines: list[Timeline]
     causes: list[CauseRow]
@@ -133,6 +139,7 @@ def _causes(report: AuditReport, turns: dict[tuple[str, int], TurnRecord]) -> li
             sum(1 for i in items if i[1]),
             sum(i[2] for i in items),
             sum(usd_lost(turns.get((i[0], i[3])), i[2]) for i in items),
+            FIXES.get(cause, ""),
         )
         for (kind, cause), items in rows.items()
     ]
@@ -193,12 +200,26 @@ def _timelines(report: AuditReport, marks: dict[str, dict[int, str]]) -> list[Ti
     return out
 
 
+def _labels(turns: list[TurnRecord]) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """Per session of the kept ``turns``: (its latest client, every model it named, in order of first use, joined
+    by ", "); and what a child session is: ``side call`` when none of its kept turns carried tools (a title or
+    summary call), else ``subagent``."""
+    clients: dict[str, str] = {}
+    models: dict[str, dict[str, None]] = defaultdict(dict)  # an ordered set per session
+    loops: dict[str, bool] = {}
+    for t in turns:
+        clients[t.session] = getattr(t.prepared, "client", None) or "—"
+        if model := getattr(t.prepared, "model", ""):
+            models[t.session][model] = None
+        loops[t.session] = loops.get(t.session, False) or getattr(t.prepared, "loop", True)
+    labels = {s: (c, ", ".join(models[s]) or "—") for s, c in clients.items()}
+    return labels, {s: "subagent" if loop else "side call" for s, loop in loops.items()}
+
+
 def build_live_view(report: AuditReport, tenant: str | None) -> LiveView:
     """The live page's view of ``report`` (``tenant``'s, or every tenant's when None)."""
     turns = {(t.session, t.request): t for t in report.turns}
-    labels: dict[str, tuple[str, str]] = {}
-    for t in report.turns:
-        labels[t.session] = (getattr(t.prepared, "client", None) or "—", getattr(t.prepared, "model", "") or "—")
+    labels, kinds = _labels(report.turns)
     marks, last = _marks(report)
     tree, rest = build_tree(report.sessions, (), LINEAGES, last=last)
     base, ours = report.totals.get("as_sent"), report.totals.get(SENT)
@@ -210,6 +231,7 @@ def build_live_view(report: AuditReport, tenant: str | None) -> LiveView:
         tenant="all tenants" if tenant is None else tenant,
         provider=report.provider,
         model=report.model,
+        price_models=list(report.models),
         sessions=len(report.sessions),
         requests=sum(s.requests for s in report.sessions),
         totals=report.totals,
@@ -217,6 +239,7 @@ def build_live_view(report: AuditReport, tenant: str | None) -> LiveView:
         tree=tree,
         rest=rest,
         labels=labels,
+        kinds=kinds,
         session_saved=saved,
         timelines=_timelines(report, marks),
         causes=_causes(report, turns),

@@ -20,8 +20,8 @@ from typing import Any
 
 from ._html_logs_tree import SessionCalls, TreeRow, build_tree, costliest_sessions, miss_times
 from ._html_view import ArmRow
-from ._report import ArmMetrics, AuditReport, MissRecord
-from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow, SourceRow
+from ._report import ArmMetrics, AuditReport, MissRecord, ModelRecord
+from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow, NotWorthIt, SourceRow, not_worth_it
 
 __all__ = ["LEVERS", "LOG_ARM_HELP", "LogsView", "build_logs_view"]
 
@@ -93,6 +93,7 @@ class LogsView:
     provider: str
     model: str
     models: list[str]
+    price_models: list[ModelRecord]
     sources: list[SourceRow]
     first_day: str | None
     last_day: str | None
@@ -111,6 +112,7 @@ class LogsView:
     tree_rest: dict[str, Any] | None
     max_rows: int
     details: list[SessionCalls] = field(default_factory=list)
+    not_worth_it: NotWorthIt | None = None
 
 
 def build_logs_view(
@@ -136,11 +138,13 @@ def build_logs_view(
     misses = [m for m in report.misses if m.arm == "reported"]
     biggest = sorted(misses, key=lambda m: -(m.usd_lost or 0.0))[:largest]
     tree, rest = build_tree(report.sessions, report.misses, top)
+    worse = not_worth_it(report.sessions)
     return LogsView(
         inputs=list(inputs),
         provider=report.provider,
         model=report.model,
         models=[r.key for r in report.groups.get("model", [])],
+        price_models=list(report.models),
         sources=list(report.sources),
         first_day=days[0] if days else None,
         last_day=days[-1] if days else None,
@@ -150,7 +154,8 @@ def build_logs_view(
         arms=arms,
         lost_usd=sum(c.usd_lost for c in report.causes),
         spend=_spend(report.spend),
-        causes=[_cause(c) for c in report.causes],
+        causes=[_cause(c, worse) for c in report.causes],
+        not_worth_it=worse,
         largest=_largest(report, biggest),
         misses=len(misses),
         days=report.groups.get("day", []),
@@ -170,9 +175,10 @@ def _spend(spend: dict[str, float]) -> list[SpendLine]:
     return [SpendLine(k, SPEND_LABELS[k], spend[k], spend[k] / total) for k in SPEND if spend.get(k)]
 
 
-def _cause(c: CauseRow) -> CauseLine:
+def _cause(c: CauseRow, worse: NotWorthIt | None) -> CauseLine:
     levers = [(LEVERS.get(k, k), v) for k, v in sorted(c.saved_by.items(), key=lambda kv: -kv[1])]
-    return CauseLine(c, c.misses - c.diagnosed, FIXES.get(c.cause, ""), levers)
+    fix = (worse.fix(c.cause) if worse is not None else None) or FIXES.get(c.cause, "")
+    return CauseLine(c, c.misses - c.diagnosed, fix, levers)
 
 
 def _largest(report: AuditReport, largest: list[MissRecord]) -> list[MissLine]:

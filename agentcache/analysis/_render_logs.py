@@ -17,7 +17,7 @@ from rich.table import Table
 from ._fmt import _int, _pct, _plural, _table, _usd
 from ._render import _render_unknown_models
 from ._report import ArmMetrics, AuditReport, SessionReport
-from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow
+from ._report_logs import FIXES, SPEND, SPEND_LABELS, CauseRow, GroupRow, NotWorthIt, not_worth_it
 
 __all__ = ["DEFAULT_BY", "render_logs_report"]
 
@@ -31,8 +31,14 @@ def render_logs_report(
     """Print ``report`` (an audit of agents' logs) to ``console`` (see the module docstring)."""
     _header(report, console)
     console.print(_totals(report.totals))
+    worse = not_worth_it(report.sessions)
+    if worse is not None:
+        console.print(worse.text(), highlight=False)
+        console.print(
+            f"  {', '.join(_short(k) for k in worse.sessions[:5])}" + (", …" if len(worse.sessions) > 5 else "")
+        )
     _spend(report, console)
-    _causes(report.causes, console)
+    _causes(report.causes, console, worse)
     for kind in by:
         if kind == "session":
             _sessions(report.sessions, console, top_sessions)
@@ -92,7 +98,9 @@ def _spend(report: AuditReport, console: Console) -> None:
     console.print(table)
 
 
-def _causes(causes: list[CauseRow], console: Console) -> None:
+def _causes(causes: list[CauseRow], console: Console, worse: NotWorthIt | None = None) -> None:
+    """The misses per cause and what to do (``worse``: where the what-if levers cost more; in all, their causes'
+    fix is not recommended)."""
     if not causes:
         console.print("No cache misses in the reported usage: every call read what its session had cached.")
         return
@@ -110,8 +118,9 @@ def _causes(causes: list[CauseRow], console: Console) -> None:
     console.print(table)
     console.print("[bold]What to do[/bold]")
     for c in causes:
-        if c.cause in FIXES:
-            console.print(f"  {c.cause}: {FIXES[c.cause]}")
+        fix = (worse.fix(c.cause) if worse is not None else None) or FIXES.get(c.cause)
+        if fix:
+            console.print(f"  {c.cause}: {fix}")
     console.print()
 
 

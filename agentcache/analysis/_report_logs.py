@@ -10,9 +10,20 @@ from typing import Any
 
 from ..loaders import UsageRecord
 from ..model._types import Breakdown
-from ._report import ArmMetrics
+from ._report import ArmMetrics, SessionReport
 
-__all__ = ["BY", "FIXES", "SPEND", "SPEND_LABELS", "CauseRow", "GroupRow", "SourceRow", "write_caveat"]
+__all__ = [
+    "BY",
+    "FIXES",
+    "SPEND",
+    "SPEND_LABELS",
+    "CauseRow",
+    "GroupRow",
+    "NotWorthIt",
+    "SourceRow",
+    "not_worth_it",
+    "write_caveat",
+]
 
 #: The breakdowns an audit of agents' logs can show (``--by``), in the order reports list them (``session`` is the
 #: report's own session list; the others are its ``groups``).
@@ -168,3 +179,56 @@ def write_caveat(records: Sequence[UsageRecord]) -> str | None:
         f"{len(unknown):,} call{'s' * (len(unknown) != 1)} kept no cache-write count: their {tokens:,} tokens not "
         "read are counted as uncached, so their USD is a lower bound (a write costs 1.25× or 2× input)"
     )
+
+
+#: The what-if levers of an audit of agents' logs: a cause they can save is worth recommending only where they pay.
+WHAT_IF_CAUSES = frozenset({"ttl.expired"})
+
+
+@dataclass(frozen=True, slots=True)
+class NotWorthIt:
+    """Sessions whose ``agentcache`` arm (the TTL policy and keep-warm, deciding on past pauses only) cost more
+    than the client's reported usage: ``sessions`` (their keys, the costliest first), ``of`` (sessions audited),
+    ``extra_usd`` (what the policies cost more there, USD) and ``net_usd`` (what they saved over every session:
+    negative when they cost more in all)."""
+
+    sessions: list[str]
+    of: int
+    extra_usd: float
+    net_usd: float
+
+    @property
+    def everywhere(self) -> bool:
+        """The policies cost more than they saved over the whole audit: recommend neither."""
+        return self.net_usd <= 0
+
+    def text(self) -> str:
+        """One sentence for the report (terminal and HTML)."""
+        why = "(a 1h TTL or refreshes bought for pauses that then outlasted them: the policies decide on past pauses"
+        why += " only)"
+        if self.everywhere:
+            return (
+                "Not worth it on these logs: agentcache's TTL policy and keep-warm would have cost "
+                f"{-self.net_usd:.4f} USD more than the client alone in all ({len(self.sessions):,} of {self.of:,} "
+                f"sessions cost more) {why}."
+            )
+        return (
+            f"Not worth it on {len(self.sessions):,} of {self.of:,} sessions: there agentcache's TTL policy and "
+            f"keep-warm would have cost {self.extra_usd:.4f} USD more than the client alone {why}."
+        )
+
+    def fix(self, cause: str) -> str | None:
+        """What to do about ``cause`` instead of :data:`FIXES`' when the levers that save it do not pay in all."""
+        if self.everywhere and cause in WHAT_IF_CAUSES:
+            return "not worth it on these logs (see above): keep the client's own TTL"
+        return None
+
+
+def not_worth_it(sessions: list[SessionReport]) -> NotWorthIt | None:
+    """Where the ``agentcache`` arm of an audit of agents' logs cost more than ``reported`` (None: nowhere)."""
+    eps = 1e-9  # USD sums of the same calls: a rounding difference is no cost
+    diff = {s.session: s.arms["agentcache"].cost_usd - s.arms["reported"].cost_usd for s in sessions}
+    worse = sorted((k for k, d in diff.items() if d > eps), key=lambda k: -diff[k])
+    if not worse:
+        return None
+    return NotWorthIt(worse, len(sessions), sum(diff[k] for k in worse), -sum(diff.values()))

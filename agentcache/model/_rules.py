@@ -72,10 +72,19 @@ class OpenAIRules:
     max_breakpoints_written: int = 4
     max_explicit_with_implicit: int = 3
     breakpoint_ttl_seconds: float = 1800.0
+    write_usd_per_mtok: float | None = None
+    long_context_tokens: int | None = None
+    long_context_multiplier: float = 1.0
 
-    def cost(self, uncached: int, read: int) -> float:
-        """Input-side cost in USD of one request."""
-        return (uncached * self.input_usd_per_mtok + read * self.cached_usd_per_mtok) / 1e6
+    def cost(self, uncached: int, read: int, write: int = 0) -> float:
+        """Input-side cost in USD of one request of ``uncached`` + ``read`` + ``write`` prompt tokens: cache
+        writes at the model's write price (its input price when it has none); above ``long_context_tokens`` in
+        all, every input-side rate times ``long_context_multiplier`` for the whole request (gpt-6.2-sol: 2× over
+        272K)."""
+        write_price = self.input_usd_per_mtok if self.write_usd_per_mtok is None else self.write_usd_per_mtok
+        usd = (uncached * self.input_usd_per_mtok + read * self.cached_usd_per_mtok + write * write_price) / 1e6
+        long = self.long_context_tokens is not None and uncached + read + write > self.long_context_tokens
+        return usd * self.long_context_multiplier if long else usd
 
 
 #: Override rows from the config file (:func:`install_models`), per provider: model id → fields.
@@ -91,6 +100,9 @@ MODEL_FIELDS = frozenset(
         "cache_read_usd_per_mtok",
         "write_5m_usd_per_mtok",
         "write_1h_usd_per_mtok",
+        "cache_write_usd_per_mtok",
+        "long_context_tokens",
+        "long_context_multiplier",
         "min_cacheable_tokens",
         "aliases",
         "retired",
@@ -162,7 +174,7 @@ def check_models(models: Any) -> dict[str, dict[str, dict[str, Any]]]:
             if missing:
                 raise ValueError(f"{where}: a new model needs {', '.join(missing)}")
             for key, value in fields.items():
-                numeric = key.endswith("_per_mtok") or key == "min_cacheable_tokens"
+                numeric = key.endswith(("_per_mtok", "_tokens", "_multiplier"))
                 if numeric and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
                     raise ValueError(f"{where}.{key}: expected a number >= 0, got {value!r}")
             aliases = fields.get("aliases", [])
@@ -276,6 +288,9 @@ def _openai_rules(model: str | None) -> OpenAIRules:
         max_breakpoints_written=int(s["breakpoints"]["max_written"]),
         max_explicit_with_implicit=int(s["breakpoints"]["max_explicit_with_implicit"]),
         breakpoint_ttl_seconds=float(s["breakpoints"]["ttl_seconds"]),
+        write_usd_per_mtok=float(m["cache_write_usd_per_mtok"]) if "cache_write_usd_per_mtok" in m else None,
+        long_context_tokens=int(m["long_context_tokens"]) if "long_context_tokens" in m else None,
+        long_context_multiplier=float(m.get("long_context_multiplier", 1.0)),
     )
 
 

@@ -33,6 +33,8 @@ class CacheUsage:
     ``source``: the format read (see the module docstring). ``response_id``: the response's ``id`` (Anthropic
     ``msg_...``, OpenAI Responses ``resp_...``) when the whole response was read, else None. ``diagnosis``: the
     provider's own cache-miss diagnosis in the response (:mod:`agentcache.model._provider`), None when absent.
+    ``response_model``: the model the response says answered (its ``model``), None when not read; not part of
+    :meth:`to_dict` (recordings and reports name the requested model).
     """
 
     prompt_tokens: int
@@ -45,6 +47,7 @@ class CacheUsage:
     tiers: Mapping[str, int] = field(default_factory=dict)
     response_id: str | None = None
     diagnosis: ProviderDiagnosis | None = None
+    response_model: str | None = None
 
     @property
     def hit_rate(self) -> float:
@@ -235,9 +238,9 @@ def read_usage(data: Any, form: UsageForm | None = None) -> CacheUsage | None:
     ``data``: a dict or SDK object (a whole response, a ``usage`` object, an SGLang ``meta_info``,
     or llama.cpp ``timings``). ``form``: the usage shape of the response's wire when known (it settles the one
     ambiguous shape, ``input_tokens`` alone); None sniffs it from the fields.
-    Returns None when no usage is present. A whole response also gives its ``id`` (``response_id``) and the
-    provider's cache-miss ``diagnosis`` (Anthropic ``diagnostics``, OpenAI ``prompt_cache_diagnostics``). Never
-    raises on odd input.
+    Returns None when no usage is present. A whole response also gives its ``id`` (``response_id``), its
+    ``model`` (``response_model``) and the provider's cache-miss ``diagnosis`` (Anthropic ``diagnostics``, OpenAI
+    ``prompt_cache_diagnostics``). Never raises on odd input.
     """
     usage = _normalize(data, form)
     if usage is None:
@@ -245,13 +248,18 @@ def read_usage(data: Any, form: UsageForm | None = None) -> CacheUsage | None:
     top = as_dict(data) if isinstance(data, Mapping) or hasattr(data, "model_dump") else None
     if top is None or "usage" not in top:
         return usage
-    rid = top.get("id")
+    rid, model = top.get("id"), top.get("model")
     try:
         diagnosis = read_diagnosis(top)
     except Exception:  # an odd diagnostics shape carries no diagnosis
         diagnosis = None
-    if isinstance(rid, str) or diagnosis is not None:
-        usage = replace(usage, response_id=rid if isinstance(rid, str) else None, diagnosis=diagnosis)
+    if isinstance(rid, str) or diagnosis is not None or isinstance(model, str):
+        usage = replace(
+            usage,
+            response_id=rid if isinstance(rid, str) else None,
+            diagnosis=diagnosis,
+            response_model=model if isinstance(model, str) else None,
+        )
     return usage
 
 

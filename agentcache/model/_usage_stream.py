@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import suppress
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ..adapters import WIRES, usage_wire
@@ -50,6 +51,7 @@ class UsageAccumulator:
         "_diag",
         "_has_body",
         "_id",
+        "_model",
         "_terminal",
         "_wire",
         "api",
@@ -78,6 +80,7 @@ class UsageAccumulator:
         self._body: Any = None
         self._has_body = False
         self._id: str | None = None  # the response id (Anthropic message_start, Responses events)
+        self._model: str | None = None  # the model the response names (kept apart: recordings keep the wire doc)
         self._diag: dict[str, Any] = {}  # the provider's diagnostics fields, as sent
 
     def end(self) -> None:
@@ -99,15 +102,21 @@ class UsageAccumulator:
         self._wire.stream_event(self, kind, event)
 
     def note(self, obj: Any, key: str) -> None:
-        """Keep ``obj``'s ``id`` and diagnostics field ``key`` (when it carries one)."""
+        """Keep ``obj``'s ``id``, ``model`` and diagnostics field ``key`` (when it carries one)."""
         if obj is None:
             return
         rid = read_field(obj, "id")
         if isinstance(rid, str):
             self._id = rid
+        self.note_model(obj)
         diag = read_field(obj, key)
         if diag is not None:
             self._diag[key] = as_dict(diag) or diag
+
+    def note_model(self, obj: Any) -> None:
+        """Keep the ``model`` ``obj`` names (the response's, or a stream chunk's), the first one seen."""
+        if self._model is None and isinstance(model := read_field(obj, "model"), str):
+            self._model = model
 
     def add_body(self, body: Any) -> None:
         """Take a whole non-streamed response body (a dict or SDK object); it replaces any events."""
@@ -120,7 +129,10 @@ class UsageAccumulator:
             if self._has_body:
                 return self._wire.read_usage(self._body)
             doc = self._stream_doc()
-            return self._wire.read_usage(doc) if doc is not None else None
+            usage = self._wire.read_usage(doc) if doc is not None else None
+            if usage is not None and self._model is not None:
+                usage = replace(usage, response_model=self._model)
+            return usage
         except Exception:  # never raises
             return None
 

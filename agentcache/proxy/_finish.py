@@ -1,5 +1,6 @@
 """After a pipeline request's last byte (:func:`finish`): the turn report and event, metrics, the live report,
-the request's one ``proxy.request`` log line, a requested close, and the recorded exchange (``--record``). Runs
+the request's one ``proxy.request`` log line (with ``miss``, the live report's miss of what agentcache sent, beside
+the break's ``reuse_boundary.cause``), a requested close, and the recorded exchange (``--record``). Runs
 behind the fail-open boundary: reporting never breaks the request path, and the line never delays the response.
 """
 
@@ -55,13 +56,16 @@ async def _report(ex: Exchange, status: int, outcome: StreamOutcome) -> None:
         report = (
             turn.finish(usage, duration=latency, cut=outcome.status == "upstream_error") if turn.committed else None
         )
+        miss = None
+        if report is not None:
+            miss = state.report.record(f"{ex.tenant}/{turn.session.session_id}", ex.tenant, turn, usage, ex.client,
+                                       ex.warm, hold)  # fmt: skip
         if logged:
             fields = _turn_fields(turn, report or turn.report(usage, latency), ex.tenant, usage)
-        if report is not None:
-            state.report.record(f"{ex.tenant}/{turn.session.session_id}", ex.tenant, turn, usage, ex.client, ex.warm,
-                                hold)  # fmt: skip
-            if ex.close_after:
-                await state.close(ex.tenant, turn.session.session_id, "closed")
+            if miss is not None:  # the live report's diagnosis of what was sent: a miss is not a break
+                fields["miss"] = {"cause": str(miss.cause), "tokens_lost": miss.tokens_lost, "where": miss.where}
+        if report is not None and ex.close_after:
+            await state.close(ex.tenant, turn.session.session_id, "closed")
     if logged:
         _log_request(ex.route, status, outcome, latency, fields, ex.ticket)
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis._ledger import Ledger
-from ..analysis._report import ArmMetrics, AuditReport, ModelRecord, TurnRecord
+from ..analysis._report import ArmMetrics, AuditReport, MissRecord, ModelRecord, TurnRecord
 from ..model._rules import lookup_model
 from ..model._types import Engine, TargetKind
 from ..model._usage import CacheUsage
@@ -65,8 +65,9 @@ class LiveTurn:
     """What the live page needs of one request's pipeline decision (a kept turn record's ``prepared``): the
     ``client`` that sent it (the agent it declares, else its user agent's product; None when unknown), the
     ``model`` it named, the ``provider`` whose prices apply, the TTL decision (``ttl``; None off Anthropic), the
-    keep-warm decision made after it (``keep_warm``: a ``KeepWarmDecision``; None when none was made) and, when it
-    was held for a sibling writing its prefix, the hold (``coalesced``: a :class:`~agentcache.session.Hold`)."""
+    keep-warm decision made after it (``keep_warm``: a ``KeepWarmDecision``; None when none was made), when it
+    was held for a sibling writing its prefix, the hold (``coalesced``: a :class:`~agentcache.session.Hold`), and
+    whether it carried tools (``loop``: an agent loop's turn; a title or summary call carries none)."""
 
     client: str | None
     model: str
@@ -74,6 +75,7 @@ class LiveTurn:
     ttl: Any = None
     keep_warm: Any = None
     coalesced: Any = None
+    loop: bool = True
 
 
 class LiveReport:
@@ -120,9 +122,11 @@ class LiveReport:
         client: str | None = None,
         keep_warm: Any = None,
         hold: Any = None,
-    ) -> None:
+    ) -> MissRecord | None:
         """Add one committed request: its session key (``tenant/sid``), the turn, the reported usage, and when
-        known the ``client`` that sent it, the keep-warm decision made after it and its coalescing ``hold``."""
+        known the ``client`` that sent it, the keep-warm decision made after it and its coalescing ``hold``.
+        Returns the miss of what agentcache sent (the ``agentcache`` arm's, in the scope-wide simulated cache: a
+        subagent's first call that reads less than the scope holds), or None (no miss, or ``simulate`` off)."""
         target = turn.session.target
         assert target is not None
         prepared = turn.prepared
@@ -147,13 +151,15 @@ class LiveReport:
         usages = {arm: r.usage for arm, r in done.results.items()}
         if done.reported is not None:
             usages["reported"] = done.reported
-        live = LiveTurn(client, model or "", target.name, prepared.ttl, keep_warm, hold)
+        loop = bool(turn.body.get("tools"))
+        live = LiveTurn(client, model or "", target.name, prepared.ttl, keep_warm, hold, loop)
         self.turns.append(TurnRecord(session, turn.signal.turn, prepared.at, usages, prepared.repairs, (), live))
         if self.engine is not None and getattr(target, "engine", None) == Engine.LLAMA_CPP:
             self.engine.submit(session, turn.api, turn.body, usage)
         if self.metrics is not None:  # the reported arm's cost comes from the turn's event
             label = provider_label(turn.api, target.kind == TargetKind.ENGINE)
             self.metrics.sink.record(label, model, done)
+        return next((m for m in done.misses if m.arm == "agentcache"), None)
 
     def _count(self, counts: Counter[Any], name: Any) -> None:
         counts[name] += 1

@@ -16,8 +16,9 @@ semantic conventions' attributes: ``gen_ai.operation.name`` (``chat``), ``gen_ai
 ``agentcache.session``, ``.generation``, ``.attempt``, ``.turn``, ``.parent``, ``.lineage``, ``.cause`` and
 ``.where`` (the break, when the prefix diverged), ``.repaired``, ``.tokens_lost``, ``.tokens_lost_unrepaired``,
 ``.matched_tokens``, ``.repairs``, ``.ttl``, ``.cost_usd`` and ``.usd_lost`` (what the lost tokens cost beyond
-reading them). The response model is not read, so ``gen_ai.response.model`` is not set. Only ids, names and numbers
-are exported: never prompt text, never an API key.
+reading them); ``gen_ai.response.model`` is the model the response names (its ``model``: a whole body's, a
+stream's first usage event's), unset when it names none. Only ids, names and numbers are exported: never prompt
+text, never an API key.
 
 The parent span is the client's: the proxy hands its ``traceparent`` / ``tracestate`` headers over through
 :data:`TRACE_HEADERS` (W3C trace context); without them, the context current where the turn finishes (``wrap()``
@@ -168,6 +169,8 @@ def turn_attributes(report: TurnReport) -> dict[str, Any]:
         out["agentcache.cost_usd"] = report.cost_usd
     if u is not None:
         out["gen_ai.usage.input_tokens"] = u.prompt_tokens
+        if u.response_model is not None:
+            out["gen_ai.response.model"] = u.response_model
         out["gen_ai.usage.cache_read.input_tokens"] = u.cache_read_tokens
         out["gen_ai.usage.cache_creation.input_tokens"] = u.cache_write_tokens
         if u.output_tokens is not None:

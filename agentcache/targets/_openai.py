@@ -86,10 +86,12 @@ class OpenAITarget(Target):
         return StorageTier("provider", planned.retention or "in_memory", tiers)
 
     def cost(self, usage: CacheUsage, model: str | None) -> float | None:
-        """Input-side USD: uncached (and written) tokens at the input price, cached ones at the cached price. An
-        unknown model is priced as the table's default model."""
+        """Input-side USD: uncached tokens at the input price, written ones at the write price (the input price
+        when the model's row has none), cached ones at the cached price, all doubled over a model's long-context
+        threshold (:meth:`~agentcache.model._rules.OpenAIRules.cost`). An unknown model is priced as the table's
+        default model."""
         rules = openai_rules(self.model or model)
-        return rules.cost(usage.uncached_tokens + usage.cache_write_tokens, usage.cache_read_tokens)
+        return rules.cost(usage.uncached_tokens, usage.cache_read_tokens, usage.cache_write_tokens)
 
     def simulator(self, model: str | None = None, concurrency: Concurrency | None = None) -> Simulator:
         """:class:`~agentcache.simulate.OpenAISimulator`."""

@@ -30,17 +30,23 @@ import argparse
 import hashlib
 import json
 import re
+import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+if __package__ in (None, ""):
+    # Run as a file (``python tests/clients/fake_upstream.py``): make ``tests`` importable from the repository root.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.clients.fake_cache import AnthropicCache, Clock, OpenAICache
 
