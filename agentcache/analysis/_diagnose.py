@@ -128,8 +128,7 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
     assert mi is not None
     old = [m for m in message_indices(prev) if m >= mi]
     cur = [m for m in message_indices(new) if m >= mi]
-    p = [message_value(prev, m) for m in old]
-    q = [message_value(new, m) for m in cur]
+    p, q = _Values(prev, old), _Values(new, cur)
     if not q:
         return C.MESSAGES_REMOVED
     if p and p[0] == q[0]:
@@ -156,7 +155,27 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
     return C.MESSAGES_EDITED
 
 
-def _aligned(p: list[bytes], i: int, q: list[bytes], j: int) -> bool:
+class _Values:
+    """The meanings (:func:`message_value`) of a request's messages ``indices``, each computed when first read: the
+    checks above mostly stop at a message's first mismatch, so a divergent turn reads a few, not every one."""
+
+    __slots__ = ("_done", "_indices", "_req")
+
+    def __init__(self, req: CanonicalRequest, indices: list[int]) -> None:
+        self._req, self._indices = req, indices
+        self._done: dict[int, bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __getitem__(self, k: int) -> bytes:
+        value = self._done.get(k)
+        if value is None:
+            value = self._done[k] = message_value(self._req, self._indices[k])
+        return value
+
+
+def _aligned(p: _Values, i: int, q: _Values, j: int) -> bool:
     """``p[i:]`` and ``q[j:]`` agree on their overlap, and the overlap is not empty."""
     span = min(len(p) - i, len(q) - j)
     return span > 0 and all(p[i + t] == q[j + t] for t in range(span))

@@ -1,0 +1,230 @@
+"""One pipeline turn in process (issue 26, "do less per turn"): the proxy app driven over ASGI with a mock upstream
+transport, so only agentcache's own per-request work is measured (no sockets, no server).
+
+Run: ``python benchmarks/turn_profile.py [--api anthropic|openai] [--size BYTES] [--turns N] [--redis URL]
+[--profile N] [--compare MODULE:NAME]``.
+
+* default: ms per turn (median and mean over ``--turns`` turns of 10-turn conversations of ``--size``-byte bodies
+  grown from the tau-bench airline trajectories, the first 20 turns warming up), the log line written at ``info``
+  (the console renderer, as ``agentcache proxy`` writes it) to ``/dev/null``;
+* ``--redis URL``: the session store in Redis (a private key prefix, deleted after);
+* ``--profile N``: cProfile of the same turns, the ``N`` costliest functions by cumulative time;
+* ``--compare A,B``: time the turns with each of two named variants alternating turn by turn (see ``_variants``),
+  and print the ratio of their medians (B / A): how a change is measured before and after in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy_bench import _CHUNKS, Conversations
+
+from agentcache._log_output import configure_logging
+from agentcache.proxy import ProxyConfig, create_app
+
+_OPENAI_CHUNKS = [
+    b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4o","choices":[{"index":0,"delta":'
+    b'{"role":"assistant","content":"Sure,"}}]}\n\n',
+    b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4o","choices":[{"index":0,"delta":'
+    b'{"content":" I can help."},"finish_reason":"stop"}]}\n\n',
+    b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4o","choices":[],"usage":{"prompt_tokens":'
+    b'11400,"completion_tokens":4,"total_tokens":11404,"prompt_tokens_details":{"cached_tokens":11008}}}\n\n',
+    b"data: [DONE]\n\n",
+]
+ROUTES = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}
+
+
+def _openai(body: bytes) -> bytes:
+    """An Anthropic benchmark body as the same conversation in OpenAI Chat Completions."""
+    doc = json.loads(body)
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": doc["system"]}]
+    msgs += [{"role": m["role"], "content": m["content"][0]["text"]} for m in doc["messages"]]
+    tools = [
+        {"type": "function", "function": {"name": t["name"], "description": t["description"],
+                                          "parameters": t["input_schema"]}}
+        for t in doc["tools"]
+    ]  # fmt: skip
+    out = {"model": "gpt-4o", "stream": True, "stream_options": {"include_usage": True}, "tools": tools}
+    return json.dumps({**out, "messages": msgs}).encode()
+
+
+def bodies(api: str, size: int, turns: int) -> list[list[bytes]]:
+    """``turns`` request bodies of about ``size`` bytes, as 10-turn conversations."""
+    convs = Conversations(size)
+    out: list[list[bytes]] = []
+    while sum(map(len, out)) < turns:
+        conv = convs.session(0)
+        out.append([_openai(b) for b in conv] if api == "openai" else conv)
+    return out
+
+
+def _upstream(api: str) -> httpx.MockTransport:
+    chunks = _OPENAI_CHUNKS if api == "openai" else _CHUNKS
+    payload = b"".join(chunks)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=payload)
+
+    return httpx.MockTransport(handler)
+
+
+async def _call(app: Any, path: str, body: bytes) -> int:
+    """One request through the ASGI app; the response status (the whole body drained)."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()), (b"x-api-key", b"k"),
+                    (b"authorization", b"Bearer k")],
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+    sent = False
+    status = 0
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await app(scope, receive, send)
+    return status
+
+
+@contextlib.contextmanager
+def _quiet_log() -> Iterator[None]:
+    """The proxy's log line at ``info``, rendered as the CLI configures it, written to /dev/null."""
+    with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
+        configure_logging("console", "info")
+        yield
+
+
+def _eager_values(req: Any, indices: list[int]) -> list[bytes]:
+    """Before: every divergent message's meaning computed up front."""
+    from agentcache.model._equivalence import message_value
+
+    return [message_value(req, m) for m in indices]
+
+
+def _whole_snapshot(doc: dict[str, Any]) -> bytes:
+    """Before: the whole snapshot, the client's body in full, encoded and compressed."""
+    import zlib
+
+    from agentcache.model._rawjson import encode
+
+    return zlib.compress(encode(doc).encode(), 1)
+
+
+def _set(module: str, name: str, value: Any) -> Callable[[], None]:
+    def apply() -> None:
+        setattr(sys.modules[module], name, value)
+
+    return apply
+
+
+def _variants() -> dict[str, Callable[[], None]]:
+    """Named variants for ``--compare``: each a function called before every turn of its variant, which puts the
+    code in that variant's state (``before``: the change undone; ``after``: as on this branch)."""
+    import agentcache.analysis._diagnose as diagnose
+    import agentcache.session._redis as redis_store
+
+    return {
+        "snapshot-before": _set(redis_store.__name__, "pack", _whole_snapshot),
+        "snapshot-after": _set(redis_store.__name__, "pack", redis_store.pack),
+        "same": lambda: None,
+        "diagnose-before": _set(diagnose.__name__, "_Values", _eager_values),
+        "diagnose-after": _set(diagnose.__name__, "_Values", diagnose._Values),
+    }
+
+
+async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None) -> dict[str, list[float]]:
+    """Drive the turns; ms per turn for each variant (one variant unless ``--compare``)."""
+    names = args.compare.split(",") if args.compare else ["same"]
+    apps = []
+    for _ in names:
+        config = ProxyConfig(upstream="http://upstream.test", redis_url=args.redis,
+                             redis_prefix=f"bench-{uuid.uuid4().hex[:8]}")  # fmt: skip
+        apps.append(create_app(config, transport=_upstream(args.api)))
+    variants = _variants()
+    convs = bodies(args.api, args.size, args.turns + 20)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    path = ROUTES[args.api]
+    async with contextlib.AsyncExitStack() as stack:
+        for app in apps:
+            await stack.enter_async_context(app.state.proxy.running())
+        k = 0
+        for conv in convs:
+            for body in conv:
+                for i in range(len(names)) if k % 2 == 0 else reversed(range(len(names))):
+                    variants[names[i]]()
+                    if profile is not None and k >= 20:
+                        profile.enable()
+                    t0 = time.perf_counter()
+                    status = await _call(apps[i], path, body)
+                    dt = time.perf_counter() - t0
+                    if profile is not None:
+                        profile.disable()
+                    assert status == 200, status
+                    if k >= 20:
+                        times[names[i]].append(dt * 1000)
+                k += 1
+        if args.redis:
+            for app in apps:
+                redis = app.state.proxy.store.redis
+                keys = [key async for key in redis.scan_iter(f"{app.state.proxy.config.redis_prefix}:*")]
+                if keys:
+                    await redis.delete(*keys)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--api", choices=sorted(ROUTES), default="anthropic")
+    parser.add_argument("--size", type=int, default=50_000, help="body bytes (50000 gives ~46 KB bodies)")
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--redis", help="redis URL: the Redis session store")
+    parser.add_argument("--profile", type=int, help="print the N costliest functions (cumulative)")
+    parser.add_argument("--compare", help="two variants (see _variants), comma-separated: B / A printed")
+    args = parser.parse_args()
+    profile = cProfile.Profile() if args.profile else None
+    with _quiet_log():
+        times = asyncio.run(run(args, profile))
+    for name, ms in times.items():
+        print(f"{name}: p50 {statistics.median(ms):.3f} ms, mean {statistics.fmean(ms):.3f} ms over {len(ms)} turns")
+    if args.compare:
+        a, b = args.compare.split(",")
+        p50 = statistics.median(times[b]) / statistics.median(times[a])
+        print(f"{b} / {a}: p50 {p50:.3f}, mean {statistics.fmean(times[b]) / statistics.fmean(times[a]):.3f}")
+    if profile is not None:
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(args.profile)
+        print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
