@@ -140,6 +140,23 @@ def _whole_snapshot(doc: dict[str, Any]) -> bytes:
     return zlib.compress(encode(doc).encode(), 1)
 
 
+async def _find_hmget(self: Any, tenant: str, checkpoints: Any) -> str | None:
+    """Before: the Redis store's prefix-index lookup as one ``HMGET`` of every checkpoint."""
+    from agentcache.session._identity import match_checkpoints
+
+    if not checkpoints:
+        return None
+    keys = checkpoints.lookups(self.min_inner_match)
+    fields = [h.hex() for h in keys]
+    values = await self._call("find", lambda: self.redis.hmget(self._idx(tenant), fields))
+    hits: dict[bytes, tuple[str, bool]] = {}
+    for h, v in zip(keys, values, strict=True):
+        if v is not None:
+            text = v.decode()
+            hits[h] = (text[2:], text[:1] == "1")
+    return match_checkpoints(checkpoints, hits.get, self.min_inner_match)
+
+
 def _set(module: str, name: str, value: Any) -> Callable[[], None]:
     def apply() -> None:
         setattr(sys.modules[module], name, value)
@@ -153,9 +170,13 @@ def _variants() -> dict[str, Callable[[], None]]:
     import agentcache.analysis._diagnose as diagnose
     import agentcache.session._redis as redis_store
 
+    find = redis_store.RedisStore.find
+
     return {
         "snapshot-before": _set(redis_store.__name__, "pack", _whole_snapshot),
         "snapshot-after": _set(redis_store.__name__, "pack", redis_store.pack),
+        "find-before": lambda: setattr(redis_store.RedisStore, "find", _find_hmget),
+        "find-after": lambda: setattr(redis_store.RedisStore, "find", find),
         "same": lambda: None,
         "diagnose-before": _set(diagnose.__name__, "_Values", _eager_values),
         "diagnose-after": _set(diagnose.__name__, "_Values", diagnose._Values),
@@ -209,6 +230,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--redis", help="redis URL: the Redis session store")
     parser.add_argument("--profile", type=int, help="print the N costliest functions (cumulative)")
+    parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime)")
     parser.add_argument("--compare", help="two variants (see _variants), comma-separated: B / A printed")
     args = parser.parse_args()
     profile = cProfile.Profile() if args.profile else None
@@ -222,7 +244,7 @@ def main() -> None:
         print(f"{b} / {a}: p50 {p50:.3f}, mean {statistics.fmean(times[b]) / statistics.fmean(times[a]):.3f}")
     if profile is not None:
         out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(args.profile)
+        pstats.Stats(profile, stream=out).sort_stats(args.sort).print_stats(args.profile)
         print(out.getvalue())
 
 
