@@ -2,15 +2,18 @@
 transport, so only agentcache's own per-request work is measured (no sockets, no server).
 
 Run: ``python benchmarks/turn_profile.py [--api anthropic|openai] [--size BYTES] [--turns N] [--redis URL]
-[--profile N] [--compare MODULE:NAME]``.
+[--profile N [--sort tottime]] [--compare A,B]``.
 
-* default: ms per turn (median and mean over ``--turns`` turns of 10-turn conversations of ``--size``-byte bodies
-  grown from the tau-bench airline trajectories, the first 20 turns warming up), the log line written at ``info``
-  (the console renderer, as ``agentcache proxy`` writes it) to ``/dev/null``;
-* ``--redis URL``: the session store in Redis (a private key prefix, deleted after);
-* ``--profile N``: cProfile of the same turns, the ``N`` costliest functions by cumulative time;
-* ``--compare A,B``: time the turns with each of two named variants alternating turn by turn (see ``_variants``),
-  and print the ratio of their medians (B / A): how a change is measured before and after in one run.
+* default: ms per turn, elapsed (``wall``) and the thread's CPU time (``cpu``: the work itself, steady on a busy
+  machine), median and mean over ``--turns`` turns of 10-turn conversations of ``--size``-byte bodies grown from
+  the tau-bench airline trajectories (the first 20 turns warm up), with the log line written at ``info`` (the
+  console renderer, as ``agentcache proxy`` writes it) to ``/dev/null``;
+* ``--api openai``: the same conversations as Chat Completions bodies on ``/v1/chat/completions``;
+* ``--redis URL``: the session store in Redis (a private key prefix per app, deleted after);
+* ``--profile N``: cProfile of the same turns, the ``N`` costliest functions (``--sort``, default cumulative);
+* ``--compare A,B``: two apps, one per named variant (see :func:`_variants`), driven turn by turn in alternating
+  order on the same bodies; prints B / A of the medians and means, per clock: a change measured before and after
+  in one run.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextlib
 import cProfile
 import io
 import json
+import logging
 import os
 import pstats
 import statistics
@@ -157,6 +161,13 @@ async def _find_hmget(self: Any, tenant: str, checkpoints: Any) -> str | None:
     return match_checkpoints(checkpoints, hits.get, self.min_inner_match)
 
 
+def _extends_by_diagnosis(prev: Any, new: Any) -> bool:
+    """Before: the live report's "repaired" check through a whole diagnosis."""
+    from agentcache.analysis._diagnose import diagnose
+
+    return not diagnose(prev, new).is_break
+
+
 def _set(module: str, name: str, value: Any) -> Callable[[], None]:
     def apply() -> None:
         setattr(sys.modules[module], name, value)
@@ -168,6 +179,7 @@ def _variants() -> dict[str, Callable[[], None]]:
     """Named variants for ``--compare``: each a function called before every turn of its variant, which puts the
     code in that variant's state (``before``: the change undone; ``after``: as on this branch)."""
     import agentcache.analysis._diagnose as diagnose
+    import agentcache.analysis._ledger as ledger
     import agentcache.session._redis as redis_store
 
     find = redis_store.RedisStore.find
@@ -175,16 +187,22 @@ def _variants() -> dict[str, Callable[[], None]]:
     return {
         "snapshot-before": _set(redis_store.__name__, "pack", _whole_snapshot),
         "snapshot-after": _set(redis_store.__name__, "pack", redis_store.pack),
+        # sizes, not changes: the turn without its log line, without the live report
+        "log-on": lambda: logging.getLogger("agentcache").setLevel(logging.INFO),
+        "log-off": lambda: logging.getLogger("agentcache").setLevel(logging.WARNING),
         "find-before": lambda: setattr(redis_store.RedisStore, "find", _find_hmget),
         "find-after": lambda: setattr(redis_store.RedisStore, "find", find),
         "same": lambda: None,
         "diagnose-before": _set(diagnose.__name__, "_Values", _eager_values),
         "diagnose-after": _set(diagnose.__name__, "_Values", diagnose._Values),
+        "repaired-before": _set(ledger.__name__, "extends", _extends_by_diagnosis),
+        "repaired-after": _set(ledger.__name__, "extends", diagnose.extends),
     }
 
 
-async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None) -> dict[str, list[float]]:
-    """Drive the turns; ms per turn for each variant (one variant unless ``--compare``)."""
+async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None) -> dict[str, dict[str, list[float]]]:
+    """Drive the turns; per variant (one unless ``--compare``), ms per turn: ``wall`` (elapsed) and ``cpu`` (this
+    thread's CPU time: the work itself, not the waits for a core on a shared machine, nor Redis's own time)."""
     names = args.compare.split(",") if args.compare else ["same"]
     apps = []
     for _ in names:
@@ -193,7 +211,7 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
         apps.append(create_app(config, transport=_upstream(args.api)))
     variants = _variants()
     convs = bodies(args.api, args.size, args.turns + 20)
-    times: dict[str, list[float]] = {n: [] for n in names}
+    times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
     path = ROUTES[args.api]
     async with contextlib.AsyncExitStack() as stack:
         for app in apps:
@@ -205,14 +223,15 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
                     variants[names[i]]()
                     if profile is not None and k >= 20:
                         profile.enable()
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     status = await _call(apps[i], path, body)
-                    dt = time.perf_counter() - t0
+                    dt, dc = time.perf_counter() - t0, time.thread_time() - c0
                     if profile is not None:
                         profile.disable()
                     assert status == 200, status
                     if k >= 20:
-                        times[names[i]].append(dt * 1000)
+                        times[names[i]]["wall"].append(dt * 1000)
+                        times[names[i]]["cpu"].append(dc * 1000)
                 k += 1
         if args.redis:
             for app in apps:
@@ -236,12 +255,16 @@ def main() -> None:
     profile = cProfile.Profile() if args.profile else None
     with _quiet_log():
         times = asyncio.run(run(args, profile))
-    for name, ms in times.items():
-        print(f"{name}: p50 {statistics.median(ms):.3f} ms, mean {statistics.fmean(ms):.3f} ms over {len(ms)} turns")
+    for name, clocks in times.items():
+        for clock, ms in clocks.items():
+            n = len(ms)
+            print(f"{name} {clock}: p50 {statistics.median(ms):.3f} ms, mean {statistics.fmean(ms):.3f} ms ({n} turns)")
     if args.compare:
         a, b = args.compare.split(",")
-        p50 = statistics.median(times[b]) / statistics.median(times[a])
-        print(f"{b} / {a}: p50 {p50:.3f}, mean {statistics.fmean(times[b]) / statistics.fmean(times[a]):.3f}")
+        for clock in ("wall", "cpu"):
+            x, y = times[a][clock], times[b][clock]
+            p50, mean = statistics.median(y) / statistics.median(x), statistics.fmean(y) / statistics.fmean(x)
+            print(f"{b} / {a} ({clock}): p50 {p50:.3f}, mean {mean:.3f}")
     if profile is not None:
         out = io.StringIO()
         pstats.Stats(profile, stream=out).sort_stats(args.sort).print_stats(args.profile)

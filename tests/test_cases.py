@@ -84,3 +84,19 @@ def test_case_repair(path: Path) -> None:
         allowed = {"tools.reordered"} if exp["cause"].startswith("tools.") else set()
         assert all(set(t.repairs) <= allowed for t in report.turns), [t.repairs for t in report.turns]
         assert not any(b.repaired for b in report.breaks)
+
+
+def test_extends_answers_as_diagnose() -> None:
+    """:func:`extends` (the live report's "was the break repaired" check) says what ``diagnose`` says, on every
+    ordered pair of requests of every case (breaks, extensions, ephemeral tails, unrelated requests)."""
+    from agentcache.adapters import canonicalize
+    from agentcache.analysis._diagnose import diagnose, extends
+
+    answers = set()
+    for path in CASE_FILES:
+        reqs = [canonicalize(r.api, r.body) for r in load(path).records]
+        for prev in reqs:
+            for new in reqs:
+                answers.add(extends(prev, new))
+                assert extends(prev, new) is not diagnose(prev, new).is_break, path.stem
+    assert answers == {True, False}

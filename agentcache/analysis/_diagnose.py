@@ -73,6 +73,15 @@ def diagnose(prev: CanonicalRequest, new: CanonicalRequest) -> Divergence:
     return Divergence(n, shared, path, cause, prev.tokens - shared, span)
 
 
+def extends(prev: CanonicalRequest, new: CanonicalRequest) -> bool:
+    """Whether ``new`` extends ``prev`` (``not diagnose(prev, new).is_break``) without classifying a break: a
+    caller that needs only the yes/no skips the message comparisons a divergent pair costs."""
+    n = common_prefix(prev, new)
+    if n == len(prev.blocks):
+        return True
+    return _ephemeral_tail(prev, n, new.blocks[n] if n < len(new.blocks) else None)
+
+
 def _ephemeral_tail(prev: CanonicalRequest, n: int, nb: Block | None) -> bool:
     """Whether blocks ``n..`` of ``prev`` are trailing blocks of its newest message (which keeps its first block)
     and the new request's block ``nb`` at ``n`` begins the next message: the client dropped them and went on."""
