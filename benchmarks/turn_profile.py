@@ -242,6 +242,10 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
     return times
 
 
+def _p90(ms: list[float]) -> float:
+    return statistics.quantiles(ms, n=10)[-1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--api", choices=sorted(ROUTES), default="anthropic")
@@ -264,7 +268,8 @@ def main() -> None:
         for clock in ("wall", "cpu"):
             x, y = times[a][clock], times[b][clock]
             p50, mean = statistics.median(y) / statistics.median(x), statistics.fmean(y) / statistics.fmean(x)
-            print(f"{b} / {a} ({clock}): p50 {p50:.3f}, mean {mean:.3f}")
+            p90 = _p90(y) / _p90(x)
+            print(f"{b} / {a} ({clock}): p50 {p50:.3f}, p90 {p90:.3f}, mean {mean:.3f}")
     if profile is not None:
         out = io.StringIO()
         pstats.Stats(profile, stream=out).sort_stats(args.sort).print_stats(args.profile)

@@ -100,3 +100,22 @@ def test_extends_answers_as_diagnose() -> None:
                 answers.add(extends(prev, new))
                 assert extends(prev, new) is not diagnose(prev, new).is_break, path.stem
     assert answers == {True, False}
+
+
+def test_divergent_message_meanings_are_message_value() -> None:
+    """The diagnosis reads each message's meaning in one pass over the blocks (``_diagnose._Values``): the same
+    bytes as :func:`message_value`, for every message of every case request (Anthropic, Chat, Responses)."""
+    from agentcache.adapters import canonicalize
+    from agentcache.analysis._diagnose import _Values
+    from agentcache.model._canonical import message_indices
+    from agentcache.model._equivalence import message_value
+
+    apis = set()
+    for path in CASE_FILES:
+        for r in load(path).records:
+            req = canonicalize(r.api, r.body)
+            indices = message_indices(req)
+            values = _Values(req, indices)
+            assert [values[k] for k in reversed(range(len(values)))][::-1] == [message_value(req, m) for m in indices]
+            apis.add(str(r.api))
+    assert len(apis) >= 2

@@ -16,9 +16,10 @@ from ..model._canonical import (
     Block,
     CanonicalRequest,
     common_prefix,
+    digest,
     message_indices,
 )
-from ..model._equivalence import message_value, value_digest
+from ..model._equivalence import value_digest
 from ..model._volatile import VolatileSpan, volatile_diff
 
 _OPTION_CAUSES = {
@@ -165,14 +166,17 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
 
 
 class _Values:
-    """The meanings (:func:`message_value`) of a request's messages ``indices``, each computed when first read: the
-    checks above mostly stop at a message's first mismatch, so a divergent turn reads a few, not every one."""
+    """The meanings of a request's messages ``indices`` (each :func:`~agentcache.model._equivalence.message_value`:
+    the digest of its blocks' :func:`value_digest` in order), each computed when first read: most checks above
+    stop at a message's first mismatch. The blocks are grouped by message in one pass when the first is read
+    (``message_value`` walks every block of the request for each message: quadratic over a long conversation)."""
 
-    __slots__ = ("_done", "_indices", "_req")
+    __slots__ = ("_done", "_groups", "_indices", "_req")
 
     def __init__(self, req: CanonicalRequest, indices: list[int]) -> None:
         self._req, self._indices = req, indices
         self._done: dict[int, bytes] = {}
+        self._groups: dict[int, list[Block]] | None = None
 
     def __len__(self) -> int:
         return len(self._indices)
@@ -180,7 +184,14 @@ class _Values:
     def __getitem__(self, k: int) -> bytes:
         value = self._done.get(k)
         if value is None:
-            value = self._done[k] = message_value(self._req, self._indices[k])
+            groups = self._groups
+            if groups is None:
+                groups = self._groups = {m: [] for m in self._indices}
+                for b in self._req.blocks:
+                    if b.message is not None and b.message in groups:
+                        groups[b.message].append(b)
+            api = self._req.api
+            value = self._done[k] = digest(*(value_digest(b, api) for b in groups[self._indices[k]]))
         return value
 
 
