@@ -177,27 +177,33 @@ def _set(module: str, name: str, value: Any) -> Callable[[], None]:
 
 def _variants() -> dict[str, Callable[[], None]]:
     """Named variants for ``--compare``: each a function called before every turn of its variant, which puts the
-    code in that variant's state (``before``: the change undone; ``after``: as on this branch)."""
+    code in that variant's state. Per change (``snapshot``, ``find``, ``diagnose``, ``repaired``): ``NAME-before``
+    (undone) and ``NAME-after`` (as on this branch); ``before`` / ``after``: all of them. Sizes, not changes:
+    ``log-on``/``log-off`` (the turn without its log line), ``live-on``/``live-off`` (without the live report)."""
     import agentcache.analysis._diagnose as diagnose
     import agentcache.analysis._ledger as ledger
     import agentcache.session._redis as redis_store
+    from agentcache.proxy._live import LiveReport
 
-    find = redis_store.RedisStore.find
-
-    return {
-        "snapshot-before": _set(redis_store.__name__, "pack", _whole_snapshot),
-        "snapshot-after": _set(redis_store.__name__, "pack", redis_store.pack),
-        # sizes, not changes: the turn without its log line, without the live report
-        "log-on": lambda: logging.getLogger("agentcache").setLevel(logging.INFO),
-        "log-off": lambda: logging.getLogger("agentcache").setLevel(logging.WARNING),
-        "find-before": lambda: setattr(redis_store.RedisStore, "find", _find_hmget),
-        "find-after": lambda: setattr(redis_store.RedisStore, "find", find),
-        "same": lambda: None,
-        "diagnose-before": _set(diagnose.__name__, "_Values", _eager_values),
-        "diagnose-after": _set(diagnose.__name__, "_Values", diagnose._Values),
-        "repaired-before": _set(ledger.__name__, "extends", _extends_by_diagnosis),
-        "repaired-after": _set(ledger.__name__, "extends", diagnose.extends),
-    }
+    find, record = redis_store.RedisStore.find, LiveReport.record
+    rs, dg, lg = redis_store.__name__, diagnose.__name__, ledger.__name__
+    changes = {
+        "snapshot": (_set(rs, "pack", _whole_snapshot), _set(rs, "pack", redis_store.pack)),
+        "find": (lambda: setattr(redis_store.RedisStore, "find", _find_hmget),
+                 lambda: setattr(redis_store.RedisStore, "find", find)),
+        "diagnose": (_set(dg, "_Values", _eager_values), _set(dg, "_Values", diagnose._Values)),
+        "repaired": (_set(lg, "extends", _extends_by_diagnosis), _set(lg, "extends", diagnose.extends)),
+    }  # fmt: skip
+    out: dict[str, Callable[[], None]] = {"same": lambda: None}
+    for name, (before, after) in changes.items():
+        out[f"{name}-before"], out[f"{name}-after"] = before, after
+    out["before"] = lambda: [before() for before, _ in changes.values()] and None
+    out["after"] = lambda: [after() for _, after in changes.values()] and None
+    out["log-on"] = lambda: logging.getLogger("agentcache").setLevel(logging.INFO)
+    out["log-off"] = lambda: logging.getLogger("agentcache").setLevel(logging.WARNING)
+    out["live-on"] = lambda: setattr(LiveReport, "record", record)
+    out["live-off"] = lambda: setattr(LiveReport, "record", lambda *a, **k: None)
+    return out
 
 
 async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None) -> dict[str, dict[str, list[float]]]:
