@@ -11,6 +11,7 @@ Run: ``python benchmarks/turn_profile.py [--api anthropic|openai] [--size BYTES]
 * ``--api openai``: the same conversations as Chat Completions bodies on ``/v1/chat/completions``;
 * ``--redis URL``: the session store in Redis (a private key prefix per app, deleted after);
 * ``--profile N``: cProfile of the same turns, the ``N`` costliest functions (``--sort``, default cumulative);
+* ``--diagnose-pair``: the diagnosis of one divergent pair alone, before and after (thread CPU, alternating);
 * ``--compare A,B``: two apps, one per named variant (see :func:`_variants`), driven turn by turn in alternating
   order on the same bodies; prints B / A of the medians and means, per clock: a change measured before and after
   in one run.
@@ -128,11 +129,48 @@ def _quiet_log() -> Iterator[None]:
         yield
 
 
-def _eager_values(req: Any, indices: list[int]) -> list[bytes]:
-    """Before: every divergent message's meaning computed up front."""
+def _classify_messages_before(prev: Any, new: Any, pb: Any, nb: Any) -> str:
+    """Before: main's ``_diagnose._classify_messages`` (every message's meaning by a walk over all blocks, each
+    alignment tried in turn)."""
+    from agentcache.model import _causes as C
+    from agentcache.model._canonical import MEDIA_TYPES, message_indices
     from agentcache.model._equivalence import message_value
 
-    return [message_value(req, m) for m in indices]
+    if nb is None:
+        return C.MESSAGES_REMOVED
+    mi = pb.message if pb.message is not None else nb.message
+    old = [m for m in message_indices(prev) if m >= mi]
+    cur = [m for m in message_indices(new) if m >= mi]
+    p = [message_value(prev, m) for m in old]
+    q = [message_value(new, m) for m in cur]
+    if not q:
+        return C.MESSAGES_REMOVED
+    if p and p[0] == q[0]:
+        flip = pb.path.endswith(".content") != nb.path.endswith(".content")
+        return C.MESSAGES_SHAPE if flip else C.MESSAGES_SERIALIZATION
+    if pb.kind in MEDIA_TYPES or nb.kind in MEDIA_TYPES:
+        return C.MESSAGES_MEDIA_CHANGED
+    if len(p) > 1 and _aligned_before(p, 1, q, 1):
+        return C.MESSAGES_EDITED
+    for k in range(1, len(q)):
+        if _aligned_before(p, 0, q, k):
+            return C.MESSAGES_INSERTED
+    for k in range(1, len(p)):
+        if _aligned_before(p, k, q, 0):
+            return C.MESSAGES_REMOVED
+    for r in (1, 2):
+        for m in range(r + 1, len(p)):
+            if r < len(q) and _aligned_before(p, m, q, r):
+                return C.MESSAGES_COMPACTED
+    first_msg = min((b.message for b in prev.blocks if b.section == "message" and b.message is not None), default=mi)
+    if mi == first_msg and len(p) > len(q) + 1:
+        return C.MESSAGES_COMPACTED
+    return C.MESSAGES_EDITED
+
+
+def _aligned_before(p: list[bytes], i: int, q: list[bytes], j: int) -> bool:
+    span = min(len(p) - i, len(q) - j)
+    return span > 0 and all(p[i + t] == q[j + t] for t in range(span))
 
 
 def _whole_snapshot(doc: dict[str, Any]) -> bytes:
@@ -191,7 +229,8 @@ def _variants() -> dict[str, Callable[[], None]]:
         "snapshot": (_set(rs, "pack", _whole_snapshot), _set(rs, "pack", redis_store.pack)),
         "find": (lambda: setattr(redis_store.RedisStore, "find", _find_hmget),
                  lambda: setattr(redis_store.RedisStore, "find", find)),
-        "diagnose": (_set(dg, "_Values", _eager_values), _set(dg, "_Values", diagnose._Values)),
+        "diagnose": (_set(dg, "_classify_messages", _classify_messages_before),
+                     _set(dg, "_classify_messages", diagnose._classify_messages)),
         "repaired": (_set(lg, "extends", _extends_by_diagnosis), _set(lg, "extends", diagnose.extends)),
     }  # fmt: skip
     out: dict[str, Callable[[], None]] = {"same": lambda: None}
@@ -248,6 +287,29 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
     return times
 
 
+def diagnose_pair(api: str, size: int, rounds: int = 200) -> tuple[str, float, float]:
+    """The diagnosis of one divergent pair (a conversation's last body, then the next conversation's first: a
+    ``messages.compacted`` break), main's classification against this branch's, alternating: ``(cause, before ms,
+    after ms)``, medians of the thread's CPU time."""
+    import agentcache.analysis._diagnose as diagnose
+    from agentcache.adapters import canonicalize
+
+    wire = "anthropic.messages" if api == "anthropic" else "openai.chat"
+    convs = bodies(api, size, 20)
+    prev, new = canonicalize(wire, json.loads(convs[0][-1])), canonicalize(wire, json.loads(convs[1][0]))
+    after = diagnose._classify_messages
+    times: dict[Any, list[float]] = {_classify_messages_before: [], after: []}
+    for i in range(rounds):
+        for classify in list(times) if i % 2 else list(times)[::-1]:
+            diagnose._classify_messages = classify
+            t0 = time.thread_time()
+            diagnose.diagnose(prev, new)
+            times[classify].append((time.thread_time() - t0) * 1000)
+    diagnose._classify_messages = after
+    cause = str(diagnose.diagnose(prev, new).cause)
+    return cause, statistics.median(times[_classify_messages_before]), statistics.median(times[after])
+
+
 def _p90(ms: list[float]) -> float:
     return statistics.quantiles(ms, n=10)[-1]
 
@@ -260,8 +322,13 @@ def main() -> None:
     parser.add_argument("--redis", help="redis URL: the Redis session store")
     parser.add_argument("--profile", type=int, help="print the N costliest functions (cumulative)")
     parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime)")
+    parser.add_argument("--diagnose-pair", action="store_true", help="time one divergent pair's diagnosis, then exit")
     parser.add_argument("--compare", help="two variants (see _variants), comma-separated: B / A printed")
     args = parser.parse_args()
+    if args.diagnose_pair:
+        cause, before, after = diagnose_pair(args.api, args.size)
+        print(f"{cause}: before {before:.3f} ms, after {after:.3f} ms, after / before {after / before:.3f}")
+        return
     profile = cProfile.Profile() if args.profile else None
     with _quiet_log():
         times = asyncio.run(run(args, profile))

@@ -103,10 +103,10 @@ def test_extends_answers_as_diagnose() -> None:
 
 
 def test_divergent_message_meanings_are_message_value() -> None:
-    """The diagnosis reads each message's meaning in one pass over the blocks (``_diagnose._Values``): the same
-    bytes as :func:`message_value`, for every message of every case request (Anthropic, Chat, Responses)."""
+    """The diagnosis reads the messages' meanings in one pass over the blocks (``_diagnose._message_values``): the
+    same bytes as :func:`message_value`, for every message of every case request (Anthropic and Chat)."""
     from agentcache.adapters import canonicalize
-    from agentcache.analysis._diagnose import _Values
+    from agentcache.analysis._diagnose import _message_values
     from agentcache.model._canonical import message_indices
     from agentcache.model._equivalence import message_value
 
@@ -115,7 +115,7 @@ def test_divergent_message_meanings_are_message_value() -> None:
         for r in load(path).records:
             req = canonicalize(r.api, r.body)
             indices = message_indices(req)
-            values = _Values(req, indices)
-            assert [values[k] for k in reversed(range(len(values)))][::-1] == [message_value(req, m) for m in indices]
+            assert _message_values(req, indices) == [message_value(req, m) for m in indices]
+            assert _message_values(req, indices[1:]) == [message_value(req, m) for m in indices[1:]]
             apis.add(str(r.api))
     assert len(apis) >= 2

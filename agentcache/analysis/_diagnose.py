@@ -138,7 +138,7 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
     assert mi is not None
     old = [m for m in message_indices(prev) if m >= mi]
     cur = [m for m in message_indices(new) if m >= mi]
-    p, q = _Values(prev, old), _Values(new, cur)
+    p, q = _message_values(prev, old), _message_values(new, cur)
     if not q:
         return C.MESSAGES_REMOVED
     if p and p[0] == q[0]:
@@ -149,15 +149,16 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
         return C.MESSAGES_MEDIA_CHANGED
     if len(p) > 1 and _aligned(p, 1, q, 1):
         return C.MESSAGES_EDITED
+    # Each search below tries an alignment only where its first pair is equal (what _aligned checks first).
     for k in range(1, len(q)):
-        if _aligned(p, 0, q, k):
+        if p and q[k] == p[0] and _aligned(p, 0, q, k):
             return C.MESSAGES_INSERTED
     for k in range(1, len(p)):
-        if _aligned(p, k, q, 0):
+        if p[k] == q[0] and _aligned(p, k, q, 0):
             return C.MESSAGES_REMOVED
     for r in (1, 2):
         for m in range(r + 1, len(p)):
-            if r < len(q) and _aligned(p, m, q, r):
+            if r < len(q) and p[m] == q[r] and _aligned(p, m, q, r):
                 return C.MESSAGES_COMPACTED
     first_msg = min((b.message for b in prev.blocks if b.section == "message" and b.message is not None), default=mi)
     if mi == first_msg and len(p) > len(q) + 1:
@@ -165,37 +166,21 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
     return C.MESSAGES_EDITED
 
 
-class _Values:
-    """The meanings of a request's messages ``indices`` (each :func:`~agentcache.model._equivalence.message_value`:
-    the digest of its blocks' :func:`value_digest` in order), each computed when first read: most checks above
-    stop at a message's first mismatch. The blocks are grouped by message in one pass when the first is read
+def _message_values(req: CanonicalRequest, indices: list[int]) -> list[bytes]:
+    """The meanings of ``req``'s messages ``indices``, in order: each the digest of its blocks' :func:`value_digest`
+    in order (:func:`~agentcache.model._equivalence.message_value`), the blocks grouped by message in one pass
     (``message_value`` walks every block of the request for each message: quadratic over a long conversation)."""
-
-    __slots__ = ("_done", "_groups", "_indices", "_req")
-
-    def __init__(self, req: CanonicalRequest, indices: list[int]) -> None:
-        self._req, self._indices = req, indices
-        self._done: dict[int, bytes] = {}
-        self._groups: dict[int, list[Block]] | None = None
-
-    def __len__(self) -> int:
-        return len(self._indices)
-
-    def __getitem__(self, k: int) -> bytes:
-        value = self._done.get(k)
-        if value is None:
-            groups = self._groups
-            if groups is None:
-                groups = self._groups = {m: [] for m in self._indices}
-                for b in self._req.blocks:
-                    if b.message is not None and b.message in groups:
-                        groups[b.message].append(b)
-            api = self._req.api
-            value = self._done[k] = digest(*(value_digest(b, api) for b in groups[self._indices[k]]))
-        return value
+    groups: dict[int, list[bytes]] = {m: [] for m in indices}
+    api = req.api
+    for b in req.blocks:
+        if b.message is not None:
+            group = groups.get(b.message)
+            if group is not None:
+                group.append(value_digest(b, api))
+    return [digest(*groups[m]) for m in indices]
 
 
-def _aligned(p: _Values, i: int, q: _Values, j: int) -> bool:
+def _aligned(p: list[bytes], i: int, q: list[bytes], j: int) -> bool:
     """``p[i:]`` and ``q[j:]`` agree on their overlap, and the overlap is not empty."""
     span = min(len(p) - i, len(q) - j)
-    return span > 0 and all(p[i + t] == q[j + t] for t in range(span))
+    return span > 0 and p[i : i + span] == q[j : j + span]
