@@ -7,14 +7,17 @@ Run: ``python benchmarks/turn_profile.py [--api anthropic|openai] [--size BYTES]
 * default: ms per turn, elapsed (``wall``) and the thread's CPU time (``cpu``: the work itself, steady on a busy
   machine), median and mean over ``--turns`` turns of 10-turn conversations of ``--size``-byte bodies grown from
   the tau-bench airline trajectories (the first 20 turns warm up), with the log line written at ``info`` (the
-  console renderer, as ``agentcache proxy`` writes it) to ``/dev/null``;
+  console renderer, as ``agentcache proxy`` writes it) to ``/dev/null``; ``cpu-first``: the same for the
+  conversations' first turns alone (each continues the conversation before it as a ``messages.compacted`` break, as
+  session inference reads ``proxy_bench.py``'s conversations);
 * ``--api openai``: the same conversations as Chat Completions bodies on ``/v1/chat/completions``;
 * ``--redis URL``: the session store in Redis (a private key prefix per app, deleted after);
 * ``--profile N``: cProfile of the same turns, the ``N`` costliest functions (``--sort``, default cumulative);
 * ``--diagnose-pair``: the diagnosis of one divergent pair alone, before and after (thread CPU, alternating);
-* ``--compare A,B``: two apps, one per named variant (see :func:`_variants`), driven turn by turn in alternating
-  order on the same bodies; prints B / A of the medians and means, per clock: a change measured before and after
-  in one run.
+* ``--compare A,B``: two apps, one per named variant (see :func:`_variants`), driven turn by turn on the same
+  bodies, each going first on half of the turns of every kind (the second finds the process-wide memos warm);
+  prints B / A of the medians, 90th percentiles and means, per clock: a change measured before and after in one
+  run.
 """
 
 from __future__ import annotations
@@ -247,7 +250,8 @@ def _variants() -> dict[str, Callable[[], None]]:
 
 async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None) -> dict[str, dict[str, list[float]]]:
     """Drive the turns; per variant (one unless ``--compare``), ms per turn: ``wall`` (elapsed) and ``cpu`` (this
-    thread's CPU time: the work itself, not the waits for a core on a shared machine, nor Redis's own time)."""
+    thread's CPU time: the work itself, not the waits for a core on a shared machine, nor Redis's own time), and
+    ``cpu-first`` (``cpu`` of the conversations' first turns only)."""
     names = args.compare.split(",") if args.compare else ["same"]
     apps = []
     for _ in names:
@@ -256,15 +260,18 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
         apps.append(create_app(config, transport=_upstream(args.api)))
     variants = _variants()
     convs = bodies(args.api, args.size, args.turns + 20)
-    times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
+    times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": [], "cpu-first": []} for n in names}
     path = ROUTES[args.api]
     async with contextlib.AsyncExitStack() as stack:
         for app in apps:
             await stack.enter_async_context(app.state.proxy.running())
         k = 0
-        for conv in convs:
-            for body in conv:
-                for i in range(len(names)) if k % 2 == 0 else reversed(range(len(names))):
+        for c, conv in enumerate(convs):
+            for t, body in enumerate(conv):
+                # The second variant of a turn finds the process-wide memos (meanings, token counts) warm: which goes
+                # first alternates turn by turn and, on a conversation's first (divergent) turn, conversation by
+                # conversation, so each goes first on half of every kind of turn.
+                for i in range(len(names)) if (c + t) % 2 == 0 else reversed(range(len(names))):
                     variants[names[i]]()
                     if profile is not None and k >= 20:
                         profile.enable()
@@ -277,6 +284,8 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
                     if k >= 20:
                         times[names[i]]["wall"].append(dt * 1000)
                         times[names[i]]["cpu"].append(dc * 1000)
+                        if t == 0:  # a conversation's first turn: a divergent one (see the module docstring)
+                            times[names[i]]["cpu-first"].append(dc * 1000)
                 k += 1
         if args.redis:
             for app in apps:
@@ -338,7 +347,7 @@ def main() -> None:
             print(f"{name} {clock}: p50 {statistics.median(ms):.3f} ms, mean {statistics.fmean(ms):.3f} ms ({n} turns)")
     if args.compare:
         a, b = args.compare.split(",")
-        for clock in ("wall", "cpu"):
+        for clock in ("wall", "cpu", "cpu-first"):
             x, y = times[a][clock], times[b][clock]
             p50, mean = statistics.median(y) / statistics.median(x), statistics.fmean(y) / statistics.fmean(x)
             p90 = _p90(y) / _p90(x)

@@ -21,10 +21,11 @@ import zlib
 from typing import Any
 
 from ..model._rawjson import encode, parse
+from ._snapshot import SNAPSHOT_VERSION
 
 __all__ = ["pack", "unpack"]
 
-#: The stored document's version when it carries ``client_delta``.
+#: The stored document's version when it carries ``client_delta`` (the snapshot's own is 1).
 DELTA_VERSION = 2
 
 
@@ -32,7 +33,7 @@ def pack(doc: dict[str, Any]) -> bytes:
     """``doc`` (a version 1 snapshot) as stored: its client body as a delta of the sent one when both are
     objects, JSON-encoded (numbers as the client spelled them) and zlib-compressed (level 1)."""
     sent, client = doc.get("sent"), doc.get("client")
-    if doc.get("v") == 1 and isinstance(sent, dict) and isinstance(client, dict):
+    if doc.get("v") == SNAPSHOT_VERSION and isinstance(sent, dict) and isinstance(client, dict):
         doc = {**doc, "v": DELTA_VERSION, "client": None, "client_delta": _delta(client, sent)}
     return zlib.compress(encode(doc).encode(), 1)
 
@@ -43,7 +44,7 @@ def unpack(state: bytes) -> dict[str, Any]:
     doc: dict[str, Any] = parse(zlib.decompress(state))
     if doc.get("v") == DELTA_VERSION:
         delta = doc.pop("client_delta")
-        doc["client"], doc["v"] = _apply(delta, doc["sent"]), 1
+        doc["client"], doc["v"] = _apply(delta, doc["sent"]), SNAPSHOT_VERSION
     return doc
 
 
