@@ -84,3 +84,38 @@ def test_case_repair(path: Path) -> None:
         allowed = {"tools.reordered"} if exp["cause"].startswith("tools.") else set()
         assert all(set(t.repairs) <= allowed for t in report.turns), [t.repairs for t in report.turns]
         assert not any(b.repaired for b in report.breaks)
+
+
+def test_extends_answers_as_diagnose() -> None:
+    """:func:`extends` (the live report's "was the break repaired" check) says what ``diagnose`` says, on every
+    ordered pair of requests of every case (breaks, extensions, ephemeral tails, unrelated requests)."""
+    from agentcache.adapters import canonicalize
+    from agentcache.analysis._diagnose import diagnose, extends
+
+    answers = set()
+    for path in CASE_FILES:
+        reqs = [canonicalize(r.api, r.body) for r in load(path).records]
+        for prev in reqs:
+            for new in reqs:
+                answers.add(extends(prev, new))
+                assert extends(prev, new) is not diagnose(prev, new).is_break, path.stem
+    assert answers == {True, False}
+
+
+def test_divergent_message_meanings_are_message_value() -> None:
+    """The diagnosis reads the messages' meanings in one pass over the blocks (``_diagnose._message_values``): the
+    same bytes as :func:`message_value`, for every message of every case request (Anthropic and Chat)."""
+    from agentcache.adapters import canonicalize
+    from agentcache.analysis._diagnose import _message_values
+    from agentcache.model._canonical import message_indices
+    from agentcache.model._equivalence import message_value
+
+    apis = set()
+    for path in CASE_FILES:
+        for r in load(path).records:
+            req = canonicalize(r.api, r.body)
+            indices = message_indices(req)
+            assert _message_values(req, indices) == [message_value(req, m) for m in indices]
+            assert _message_values(req, indices[1:]) == [message_value(req, m) for m in indices[1:]]
+            apis.add(str(r.api))
+    assert len(apis) >= 2

@@ -16,9 +16,10 @@ from ..model._canonical import (
     Block,
     CanonicalRequest,
     common_prefix,
+    digest,
     message_indices,
 )
-from ..model._equivalence import message_value, value_digest
+from ..model._equivalence import value_digest
 from ..model._volatile import VolatileSpan, volatile_diff
 
 _OPTION_CAUSES = {
@@ -71,6 +72,15 @@ def diagnose(prev: CanonicalRequest, new: CanonicalRequest) -> Divergence:
         return Divergence(n, shared, None, None, 0, None, len(prev.blocks) - n)
     cause, path, span = _classify(prev, new, n, pb, nb)
     return Divergence(n, shared, path, cause, prev.tokens - shared, span)
+
+
+def extends(prev: CanonicalRequest, new: CanonicalRequest) -> bool:
+    """Whether ``new`` extends ``prev`` (``not diagnose(prev, new).is_break``) without classifying a break: a
+    caller that needs only the yes/no skips the message comparisons a divergent pair costs."""
+    n = common_prefix(prev, new)
+    if n == len(prev.blocks):
+        return True
+    return _ephemeral_tail(prev, n, new.blocks[n] if n < len(new.blocks) else None)
 
 
 def _ephemeral_tail(prev: CanonicalRequest, n: int, nb: Block | None) -> bool:
@@ -128,8 +138,7 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
     assert mi is not None
     old = [m for m in message_indices(prev) if m >= mi]
     cur = [m for m in message_indices(new) if m >= mi]
-    p = [message_value(prev, m) for m in old]
-    q = [message_value(new, m) for m in cur]
+    p, q = _message_values(prev, old), _message_values(new, cur)
     if not q:
         return C.MESSAGES_REMOVED
     if p and p[0] == q[0]:
@@ -140,15 +149,16 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
         return C.MESSAGES_MEDIA_CHANGED
     if len(p) > 1 and _aligned(p, 1, q, 1):
         return C.MESSAGES_EDITED
+    # Each search below tries an alignment only where its first pair is equal (what _aligned checks first).
     for k in range(1, len(q)):
-        if _aligned(p, 0, q, k):
+        if p and q[k] == p[0] and _aligned(p, 0, q, k):
             return C.MESSAGES_INSERTED
     for k in range(1, len(p)):
-        if _aligned(p, k, q, 0):
+        if p[k] == q[0] and _aligned(p, k, q, 0):
             return C.MESSAGES_REMOVED
     for r in (1, 2):
         for m in range(r + 1, len(p)):
-            if r < len(q) and _aligned(p, m, q, r):
+            if r < len(q) and p[m] == q[r] and _aligned(p, m, q, r):
                 return C.MESSAGES_COMPACTED
     first_msg = min((b.message for b in prev.blocks if b.section == "message" and b.message is not None), default=mi)
     if mi == first_msg and len(p) > len(q) + 1:
@@ -156,7 +166,21 @@ def _classify_messages(prev: CanonicalRequest, new: CanonicalRequest, pb: Block,
     return C.MESSAGES_EDITED
 
 
+def _message_values(req: CanonicalRequest, indices: list[int]) -> list[bytes]:
+    """The meanings of ``req``'s messages ``indices``, in order: each the digest of its blocks' :func:`value_digest`
+    in order (:func:`~agentcache.model._equivalence.message_value`), the blocks grouped by message in one pass
+    (``message_value`` walks every block of the request for each message: quadratic over a long conversation)."""
+    groups: dict[int, list[bytes]] = {m: [] for m in indices}
+    api = req.api
+    for b in req.blocks:
+        if b.message is not None:
+            group = groups.get(b.message)
+            if group is not None:
+                group.append(value_digest(b, api))
+    return [digest(*groups[m]) for m in indices]
+
+
 def _aligned(p: list[bytes], i: int, q: list[bytes], j: int) -> bool:
     """``p[i:]`` and ``q[j:]`` agree on their overlap, and the overlap is not empty."""
     span = min(len(p) - i, len(q) - j)
-    return span > 0 and all(p[i + t] == q[j + t] for t in range(span))
+    return span > 0 and p[i : i + span] == q[j : j + span]

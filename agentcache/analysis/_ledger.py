@@ -35,7 +35,7 @@ from ..policies import STRATEGIES, apply_strategy
 from ..policies.volatility import suggestion
 from ..simulate import Concurrency, IdealSimulator, OpenAISimulator, SimResult, Simulator, SimUsage
 from ..targets import Target, cost_usd
-from ._diagnose import _classify, diagnose
+from ._diagnose import _classify, extends
 from ._key_arms import KeyArms
 from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, SimErrorRecord, TurnRecord
 from ._static import StaticIndex
@@ -250,7 +250,7 @@ class Ledger:
             if d.cause is None:
                 return None
             before = prepared.before
-            fixed = before is not None and not diagnose(before, prepared.planned).is_break
+            fixed = before is not None and extends(before, prepared.planned)
             volatile = _span(d.volatile, d.first_divergent)
             return BreakRecord(session, request, d.first_divergent, d.cause, d.tokens_lost, fixed, None, volatile)
         if request != 0:

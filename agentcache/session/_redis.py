@@ -13,9 +13,10 @@ Every update is one Lua script, so it is atomic across replicas: ``open`` create
 closed id, the next generation; ``commit`` applies only when the session is still open in the generation the
 request was prepared in (a late response for a closed or newer generation changes nothing), bumps ``ver`` and
 moves the session's index entries; ``close`` ends a generation once (later closes are no-ops). ``state`` is the
-pipeline's memory (the last request sent and the client's original, compressed, plus timing and learned
-hints): a replica whose local copy is at another ``ver`` rebuilds the pipeline from it. A closed session keeps
-a tombstone (its generation) for ``tombstone_ttl`` seconds; open sessions expire after ``session_ttl``.
+pipeline's memory (the last request sent and the client's original as a delta of it, compressed, plus timing and
+learned hints; :mod:`._redis_state`): a replica whose local copy is at another ``ver`` rebuilds the pipeline from it.
+A closed session keeps a tombstone (its generation) for ``tombstone_ttl`` seconds; open sessions expire after
+``session_ttl``.
 
 Fail open: a Redis error raises :class:`~agentcache.proxy._store.StoreUnavailable` (the proxy forwards the
 request unchanged, logs and counts it) and for the next ``retry_after`` seconds calls fail fast instead of
@@ -25,14 +26,13 @@ waiting on a dead server again.
 from __future__ import annotations
 
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._log import get_logger
-from ..model._rawjson import encode, parse
 from ._identity import Checkpoints, index_entries, match_checkpoints
+from ._redis_state import pack, unpack
 from ._snapshot import snapshot
 from ._store import Opened, SessionFactory, StoreUnavailable
 
@@ -55,6 +55,17 @@ local function drop_idx(skey, idx, sid)
     end
   end
 end
+"""
+
+# KEYS: idx | ARGV: checkpoint hexes joined by ',' | the hits only, as field, value, field, value...: one argument
+# to send instead of one per checkpoint (a 46 KB conversation has ~380), and only the few hits back
+_FIND = """
+local out = {}
+for f in string.gmatch(ARGV[1], '[^,]+') do
+  local v = redis.call('HGET', KEYS[1], f)
+  if v then out[#out + 1] = f; out[#out + 1] = v end
+end
+return out
 """
 
 # KEYS: session, live, parent session | ARGV: now, parent, (unused), explicit, local ver, sid, member, ttl
@@ -155,6 +166,7 @@ class RedisStore:
         self._down_until = 0.0
         self._local: OrderedDict[tuple[str, str], Session] = OrderedDict()
         self.manager: Any = None
+        self._find = client.register_script(_FIND)
         self._open = client.register_script(_OPEN)
         self._commit = client.register_script(_COMMIT)
         self._close = client.register_script(_CLOSE)
@@ -193,17 +205,16 @@ class RedisStore:
     # ---- the AsyncSessionStore interface -------------------------------------------------------------
 
     async def find(self, tenant: str, checkpoints: Checkpoints) -> str | None:
-        """The live inferred session a request with ``checkpoints`` continues (one ``HMGET`` of every checkpoint)."""
+        """The live inferred session a request with ``checkpoints`` continues (one script reads every checkpoint and
+        answers the hits)."""
         if not checkpoints:
             return None
-        keys = checkpoints.lookups(self.min_inner_match)
-        fields = [h.hex() for h in keys]
-        values = await self._call("find", lambda: self.redis.hmget(self._idx(tenant), fields))
+        fields = ",".join(h.hex() for h in checkpoints.lookups(self.min_inner_match))
+        found = await self._call("find", lambda: self._find(keys=[self._idx(tenant)], args=[fields]))
         hits: dict[bytes, tuple[str, bool]] = {}
-        for h, v in zip(keys, values, strict=True):
-            if v is not None:
-                text = _s(v)
-                hits[h] = (text[2:], text[:1] == "1")
+        for h, v in zip(found[::2], found[1::2], strict=True):
+            text = _s(v)
+            hits[bytes.fromhex(_s(h))] = (text[2:], text[:1] == "1")
         return match_checkpoints(checkpoints, hits.get, self.min_inner_match)
 
     def bind(self, manager: Any) -> None:
@@ -236,7 +247,7 @@ class RedisStore:
             self._local.move_to_end(key)
             local.last_active = now
             return Opened(local)
-        doc = parse(zlib.decompress(state)) if state else None
+        doc = unpack(state) if state else None
         sess = create(tenant, sid, parent_s or None, lineage, gen_i, doc)
         sess.version, sess.turns, sess.explicit, sess.last_active = ver_i, int(turns), expl != "0", now
         if local is not None and local.generation == gen_i:
@@ -253,8 +264,7 @@ class RedisStore:
     ) -> bool:
         """Record ``prepared`` as sent if the session is still at version ``base`` in Redis (atomic)."""
         assert session.target is not None
-        doc = snapshot(prepared.state, session.target)
-        state = zlib.compress(encode(doc).encode(), 1)  # numbers as the client spelled them
+        state = pack(snapshot(prepared.state, session.target))
         entries = ""
         if not session.explicit:
             pairs = index_entries(checkpoints, self.min_inner_match)
