@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
@@ -96,6 +96,8 @@ class ProxyConfig(BaseSettings):
     ``server_keepalive``/``header_timeout``/``body_timeout``: the server side's own timeouts, in seconds (an idle
     client connection; a request's line and headers; between two chunks of a request body).
     ``max_sessions``/``max_state_mb``: live sessions kept per process, by count and by estimated memory.
+    ``upstream_client``: the HTTP client to the upstream: ``aiohttp`` (:mod:`agentcache.proxy._aiotransport`, the
+    faster), ``httpx`` (httpcore's pools, :mod:`agentcache.proxy._transport`) or ``auto`` (aiohttp when installed).
     ``workers``: server processes sharing the port (:mod:`agentcache.proxy._workers`); more than one needs
     ``redis_url``, the store every worker shares.
     ``record_dir``: write every pipeline request to JSONL files there, for ``agentcache audit``
@@ -126,6 +128,7 @@ class ProxyConfig(BaseSettings):
     max_keepalive: int = Field(default=DEFAULT_MAX_KEEPALIVE, ge=0)
     keepalive_expiry: float = Field(default=DEFAULT_KEEPALIVE_EXPIRY, gt=0)
     upstream_pools: int = Field(default=DEFAULT_UPSTREAM_POOLS, ge=1)
+    upstream_client: Literal["auto", "aiohttp", "httpx"] = "auto"
     server_keepalive: int = Field(default=DEFAULT_SERVER_KEEPALIVE, gt=0)
     header_timeout: float = Field(default=DEFAULT_HEADER_TIMEOUT, gt=0)
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT, gt=0)

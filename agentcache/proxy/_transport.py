@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import httpcore
@@ -50,11 +50,18 @@ import httpx
 
 from ..model._types import Engine
 
-__all__ = ["CLOSES_AFTER_STREAM", "ShardedTransport", "UpstreamClient", "env_proxy"]
+__all__ = ["CLOSES_AFTER_STREAM", "ClosesAfterStream", "ShardedTransport", "UpstreamClient", "Watch", "env_proxy"]
 
 #: Engines whose HTTP server closes a keep-alive connection after every streamed (chunked) response (see the
 #: module docstring for the source).
 CLOSES_AFTER_STREAM = frozenset({Engine.LLAMA_CPP})
+
+
+@runtime_checkable
+class ClosesAfterStream(Protocol):
+    """A transport that can close each connection after a chunked response (both of the proxy's)."""
+
+    closes_after_stream: bool
 
 
 def env_proxy(url: str) -> str | None:
@@ -141,7 +148,7 @@ class _Released(httpx.AsyncByteStream):
                 self._release = None
 
 
-class _Watch:
+class Watch:
     """What the wrapped connections of one transport share: whether to close connections after a chunked
     response, and the callback counting stale-connection actions (``resent``, ``closed_after_stream``)."""
 
@@ -157,7 +164,7 @@ class _Watch:
 class _Watched(httpcore.AsyncConnectionInterface):
     """One pooled httpcore connection, checked again right before a request is written (module docstring)."""
 
-    def __init__(self, inner: httpcore.AsyncConnectionInterface, watch: _Watch) -> None:
+    def __init__(self, inner: httpcore.AsyncConnectionInterface, watch: Watch) -> None:
         self._inner = inner
         self._watch = watch
 
@@ -232,7 +239,7 @@ class _WatchedTransport(httpx.AsyncHTTPTransport):
     httpcore's pools create connections through their public ``create_connection`` hook; httpx keeps the
     pool in ``_pool`` (the one private name used: tests/test_proxy_stale.py fails if it goes away)."""
 
-    def __init__(self, watch: _Watch, **options: Any) -> None:
+    def __init__(self, watch: Watch, **options: Any) -> None:
         super().__init__(**options)
         pool = self._pool
         make = pool.create_connection
@@ -265,7 +272,7 @@ class ShardedTransport(httpx.AsyncBaseTransport):
             else math.ceil(limits.max_keepalive_connections / n),
             keepalive_expiry=limits.keepalive_expiry,
         )
-        self._watch = _Watch(on_stale)
+        self._watch = Watch(on_stale)
         self._pools = [_WatchedTransport(self._watch, limits=per, **options) for _ in range(n)]
         self._inflight = [0] * n
 
@@ -291,6 +298,11 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         assert isinstance(stream, httpx.AsyncByteStream)
         response.stream = _Released(stream, lambda: self._done(i))
         return response
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent whose response is not closed yet."""
+        return sum(self._inflight)
 
     def _done(self, i: int) -> None:
         self._inflight[i] -= 1
