@@ -99,9 +99,10 @@ class _Body(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for data, _ in self._response.content.iter_chunks():
-                if data:
-                    yield data
+            # Whatever has arrived, at once: never waits for more (no buffering), and several chunks read together
+            # go on as one piece (fewer sends to the client than one per HTTP chunk)
+            async for data in self._response.content.iter_any():
+                yield data
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _httpx_error(exc) from exc
 
@@ -140,6 +141,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session: aiohttp.ClientSession | None = None
         self._slots = None if limits.max_connections is None else asyncio.Semaphore(limits.max_connections)
         self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
+        self._urls: dict[str, URL] = {}  # parsed once (as UpstreamClient's)
         self.in_flight = 0  # requests sent whose response is not closed yet
 
     @property
@@ -181,6 +183,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             self._timeouts[key] = timeout
         return timeout, t.get("pool"), t.get("write")
 
+    def _url(self, url: str) -> URL:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= 1024:
+                self._urls.clear()
+            parsed = self._urls[url] = URL(url, encoded=True)  # as sent: no re-quoting of the raw path
+        return parsed
+
     async def _acquire(self, pool: float | None) -> None:
         if self._slots is not None and self._slots.locked():
             try:
@@ -215,7 +225,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 data = _body(request, deadline, write, failures)
                 response = await session.request(
                     request.method,
-                    URL(str(request.url), encoded=True),
+                    self._url(str(request.url)),
                     headers=headers,
                     data=data,
                     proxy=self._proxy,
