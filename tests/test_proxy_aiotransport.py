@@ -330,3 +330,21 @@ def test_a_relayed_chunked_body_over_the_limit_is_a_413_and_an_env_proxy_is_used
             assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
     assert got[-1] == b"POST http://upstream.invalid/v1/files HTTP/1.1"
     assert json.loads(r.content)["type"] == "error"
+
+
+def test_without_aiohttp_auto_is_httpx_and_asking_for_it_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from agentcache._exceptions import ConfigError
+    from agentcache.proxy._transport import ShardedTransport
+    from agentcache.proxy._upstream import client_name, make_transport
+
+    assert client_name(ProxyConfig()) == "aiohttp"  # the proxy extra has it
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "aiohttp" else find(name, *a))
+    config = ProxyConfig(upstream="http://127.0.0.1:9")
+    assert client_name(config) == "httpx" and isinstance(make_transport(config), ShardedTransport)
+    with pytest.raises(ConfigError, match=r"upstream_client.*aiohttp is not installed"):
+        ProxyConfig(upstream_client="aiohttp")

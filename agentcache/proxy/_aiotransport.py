@@ -169,7 +169,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             trust_env=False,  # the proxy is passed explicitly; no .netrc credentials
             timeout=aiohttp.ClientTimeout(total=None),
         )
-        session._retry_connection = False  # never resend a written request (module docstring)
+        if hasattr(session, "_retry_connection"):  # aiohttp's resend of an idempotent request once written: off
+            session._retry_connection = False
         self._session = session
         return session
 

@@ -7,6 +7,7 @@ Precedence: explicit arguments > environment > file > the ``DEFAULT_*`` constant
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
@@ -174,6 +175,13 @@ class ProxyConfig(BaseSettings):
         per_file = info.data.get("record_max_mb")
         if per_file is not None and value < per_file:
             raise ValueError(f"expected at least record_max_mb ({per_file:g}): the file being written is kept")
+        return value
+
+    @field_validator("upstream_client")
+    @classmethod
+    def _check_upstream_client(cls, value: str) -> str:
+        if value == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
+            raise ValueError("aiohttp is not installed (pip install 'agentcache[proxy]'), or choose httpx or auto")
         return value
 
     @field_validator("workers")
