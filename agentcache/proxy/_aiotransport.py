@@ -221,23 +221,27 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             for k, v in request.headers.raw
             if k.lower() != b"transfer-encoding"  # httpx's own framing; aiohttp frames the body itself
         )
+        clock: _WriteClock | None = None
         try:
             async with asyncio.timeout(None) as deadline:
-                data = _body(request, deadline, write, failures)
-                response = await session.request(
-                    request.method,
-                    self._url(str(request.url)),
-                    headers=headers,
-                    data=data,
-                    proxy=self._proxy,
-                    timeout=timeout,
-                    allow_redirects=False,
-                )
+                clock = _WriteClock(deadline, write)
+                try:
+                    response = await session.request(
+                        request.method,
+                        self._url(str(request.url)),
+                        headers=headers,
+                        data=_body(request, clock, failures),
+                        proxy=self._proxy,
+                        timeout=timeout,
+                        allow_redirects=False,
+                    )
+                finally:
+                    clock.live = False  # the rest of a body still being written (an early answer) runs untimed
         except BaseException as exc:
             self.release_slot()
             if failures:  # the body's own source failed (over the limit, too slow): that is the error
                 raise failures[0] from None
-            if isinstance(exc, TimeoutError) and deadline.expired():
+            if isinstance(exc, TimeoutError) and clock is not None and clock.deadline.expired():
                 raise httpx.WriteTimeout("upstream stopped reading the request body") from exc
             if isinstance(exc, (aiohttp.ClientError, TimeoutError)):
                 raise _httpx_error(exc) from exc
@@ -273,18 +277,36 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 await session.close()
 
 
-def _body(request: httpx.Request, deadline: asyncio.Timeout, write: float | None, failures: list[BaseException]) -> Any:
-    """What aiohttp sends: a small body's bytes; else its pieces, each under the ``write`` timeout (``deadline``
-    is rescheduled around each piece: the time the source itself takes is not the upstream's); failures of the
-    source are kept in ``failures``."""
+class _WriteClock:
+    """The write timeout of one request's body on the request's ``deadline``: armed while aiohttp writes a piece,
+    off while the body's source produces the next (the client's pace is not the upstream's), inert once the
+    request is answered (``live`` False)."""
+
+    def __init__(self, deadline: asyncio.Timeout, seconds: float | None) -> None:
+        self.deadline = deadline
+        self.seconds = seconds
+        self.live = True
+
+    def arm(self) -> None:
+        if self.live and self.seconds is not None:
+            self.deadline.reschedule(asyncio.get_running_loop().time() + self.seconds)
+
+    def disarm(self) -> None:
+        if self.live:
+            self.deadline.reschedule(None)
+
+
+def _body(request: httpx.Request, clock: _WriteClock, failures: list[BaseException]) -> Any:
+    """What aiohttp sends: a small body's bytes; else its pieces, each written under ``clock``; failures of the
+    body's source are kept in ``failures``."""
     try:
         content = request.content
     except httpx.RequestNotRead:
-        return _pieces(request.stream, deadline, write, failures)
+        return _pieces(request.stream, clock, failures)
     if len(content) <= _PIECE:
         return content or None
     view = memoryview(content)
-    return _pieces(_slices(view), deadline, write, failures)
+    return _pieces(_slices(view), clock, failures)
 
 
 async def _slices(view: memoryview) -> AsyncIterator[bytes]:
@@ -292,16 +314,12 @@ async def _slices(view: memoryview) -> AsyncIterator[bytes]:
         yield bytes(view[i : i + _PIECE])
 
 
-async def _pieces(
-    source: Any, deadline: asyncio.Timeout, write: float | None, failures: list[BaseException]
-) -> AsyncIterator[bytes]:
-    loop = asyncio.get_running_loop()
+async def _pieces(source: Any, clock: _WriteClock, failures: list[BaseException]) -> AsyncIterator[bytes]:
     try:
         async for piece in source:
-            if write is not None:
-                deadline.reschedule(loop.time() + write)
+            clock.arm()
             yield piece
-            deadline.reschedule(None)
+            clock.disarm()
     except BaseException as exc:
         if not isinstance(exc, (GeneratorExit, asyncio.CancelledError)):
             failures.append(exc)
