@@ -348,3 +348,22 @@ def test_without_aiohttp_auto_is_httpx_and_asking_for_it_is_a_config_error(
     assert client_name(config) == "httpx" and isinstance(make_transport(config), ShardedTransport)
     with pytest.raises(ConfigError, match=r"upstream_client.*aiohttp is not installed"):
         ProxyConfig(upstream_client="aiohttp")
+
+
+def test_dns_and_refused_failures_say_why() -> None:
+    from agentcache.proxy._errors import failure_reason
+
+    async def scenario() -> list[str]:
+        client = UpstreamClient(AiohttpTransport(httpx.Limits()), httpx.Timeout(10.0))
+        reasons = []
+        try:
+            for url in ("http://agentcache-test.invalid/x", "http://127.0.0.1:9/x"):
+                with pytest.raises(httpx.ConnectError) as info:
+                    await client.get(url)
+                reasons.append(failure_reason(info.value))
+        finally:
+            await client.aclose()
+        return reasons
+
+    dns, refused = asyncio.run(scenario())
+    assert dns.startswith("DNS lookup failed (") and refused == "connection refused"

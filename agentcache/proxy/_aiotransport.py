@@ -159,6 +159,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             limit=0,  # the in-flight slots bound connections (and tell a pool wait from a connect)
             limit_per_host=0,
             keepalive_timeout=self._limits.keepalive_expiry,
+            resolver=aiohttp.ThreadedResolver(),  # getaddrinfo as httpcore (not aiodns when installed): same errors
             ssl=httpx.create_ssl_context(trust_env=self._trust_env),
         )
         session = aiohttp.ClientSession(
