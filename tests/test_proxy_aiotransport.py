@@ -367,3 +367,16 @@ def test_dns_and_refused_failures_say_why() -> None:
 
     dns, refused = asyncio.run(scenario())
     assert dns.startswith("DNS lookup failed (") and refused == "connection refused"
+
+
+def test_a_socks_proxy_from_the_environment_stays_with_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentcache.proxy._upstream import make_transport
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:3128")
+    config = ProxyConfig(upstream="https://api.example.com")
+    assert isinstance(make_transport(config), AiohttpTransport)
+    monkeypatch.setenv("ALL_PROXY", "socks5://127.0.0.1:1080")
+    with pytest.raises(ImportError, match="socksio"):  # httpx's SOCKS support, as before: its extra is not installed
+        make_transport(config)

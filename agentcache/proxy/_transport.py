@@ -1,5 +1,6 @@
-"""The upstream side: :class:`UpstreamClient`, which sends through one httpx transport made of several
-connection pools (:class:`ShardedTransport`).
+"""The upstream side: :class:`UpstreamClient`, which sends through one httpx transport: aiohttp's
+(:class:`~agentcache.proxy._aiotransport.AiohttpTransport`, the default) or httpcore's, made of several connection
+pools (:class:`ShardedTransport`, described here); :mod:`agentcache.proxy._upstream` chooses.
 
 The proxy does not use ``httpx.AsyncClient``: a client's cookie jar would store the ``Set-Cookie`` of one
 tenant's response and send it with every later request, whoever makes it; its default headers would add an

@@ -2,7 +2,8 @@
 (:class:`~agentcache.proxy._aiotransport.AiohttpTransport`) or httpcore's
 (:class:`~agentcache.proxy._transport.ShardedTransport`) transport from the proxy's settings (``upstream_client``).
 Both sit behind ``httpx.AsyncBaseTransport``, so the rest of the proxy and the tests' mock transports see one
-interface. ``auto`` picks aiohttp when it is installed (the ``proxy`` extra has it) and httpx otherwise."""
+interface. ``auto`` picks aiohttp when it is installed (the ``proxy`` extra has it) and httpx otherwise (and for an
+environment proxy that is not HTTP(S), which aiohttp cannot use)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def make_transport(config: ProxyConfig, on_stale: Callable[[str], None] | None =
     )
     trust_env = not config.upstream_is_loopback
     proxy = env_proxy(config.upstream_url) if trust_env else None
-    if client_name(config) == "aiohttp":
+    # aiohttp speaks to HTTP(S) proxies only; a SOCKS one (ALL_PROXY=socks5://...) stays with httpx
+    if client_name(config) == "aiohttp" and (proxy is None or proxy.startswith(("http://", "https://"))):
         from ._aiotransport import AiohttpTransport  # imports aiohttp: only when it is the one used
 
         return AiohttpTransport(limits, proxy=proxy, trust_env=trust_env, on_stale=on_stale)
