@@ -13,7 +13,9 @@ Run: ``python benchmarks/proxy_bench.py [--quick] [--litellm PATH] [--json OUT]`
   pipeline, usage tap, simulators, one JSON log line per request written to /dev/null) and ``litellm``
   (``litellm --port N`` with ``ANTHROPIC_API_BASE`` at the upstream, requests to ``/anthropic/v1/messages``).
   ``--litellm PATH`` names the ``litellm`` executable (default: ``litellm`` on PATH, else
-  ``/tmp/litellm-venv/bin/litellm``); without one its rows are skipped.
+  ``/tmp/litellm-venv/bin/litellm``); without one its rows are skipped. ``--portkey DIR`` adds Portkey's gateway
+  (``npm install @portkey-ai/gateway`` in DIR; Node on PATH), Anthropic route ``/v1/messages`` with
+  ``x-portkey-provider: anthropic`` and ``x-portkey-custom-host`` at the upstream (:func:`_portkey`).
 * Load: a lean asyncio HTTP/1.1 client (one keep-alive connection per stream, ``TCP_NODELAY``) in this
   process. Each stream replays its own agent conversation built from real tau-bench runs (airline policy as
   system prompt, the 14 airline tools, real messages): request bodies of about 50 KB that grow turn by turn,
@@ -210,12 +212,13 @@ class Conn:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         self.writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    async def post(self, path: str, body: bytes, key: str) -> tuple[int, float, float]:
+    async def post(self, path: str, body: bytes, key: str, extra: str = "") -> tuple[int, float, float]:
+        """POST ``body``; ``extra``: more header lines (each ending ``\\r\\n``). Status, TTFB and total seconds."""
         if self.writer is None:
             await self.open()
         assert self.reader is not None and self.writer is not None
         head = (
-            f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n{extra}"
             f"x-api-key: {key}\r\nanthropic-version: 2023-06-01\r\ncontent-length: {len(body)}\r\n\r\n"
         ).encode()
         t0 = time.perf_counter()
@@ -273,12 +276,18 @@ async def load(
 
 
 async def interleaved(
-    targets: dict[str, tuple[int, str]], per: int, warmup: int, convs: Conversations
+    targets: dict[str, tuple[int, str]],
+    per: int,
+    warmup: int,
+    convs: Conversations,
+    headers: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """One stream per target, request by request in turn: every target gets the same body of the same
     conversation back to back (the order rotating each turn), so a slow spell of a shared VM lands on all
-    targets alike instead of on whichever ran during it. ``per`` measured requests each after ``warmup``."""
+    targets alike instead of on whichever ran during it. ``per`` measured requests each after ``warmup``;
+    ``headers``: more request headers by target name."""
     names = list(targets)
+    extra = {name: "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).get(name, {}).items()) for name in names}
     conns = {name: Conn(port) for name, (port, _) in targets.items()}
     times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in names}
     errors = dict.fromkeys(names, 0)
@@ -288,7 +297,7 @@ async def interleaved(
             bodies = convs.session(0)
         body = bodies.pop(0)
         for name in names[n % len(names) :] + names[: n % len(names)]:
-            status, t1, t2 = await conns[name].post(targets[name][1], body, "sk-bench-0")
+            status, t1, t2 = await conns[name].post(targets[name][1], body, "sk-bench-0", extra[name])
             if status != 200:
                 errors[name] += 1
             elif n >= warmup:
@@ -420,6 +429,9 @@ def main() -> None:
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="fewer requests (noisier)")
     parser.add_argument("--litellm", help="litellm executable (default: on PATH, else /tmp/litellm-venv; none: skip)")
+    parser.add_argument(
+        "--portkey", help="directory with node_modules/@portkey-ai/gateway (npm): Portkey's gateway as a target"
+    )
     parser.add_argument("--memory", action="store_true", help="also 20,000 requests over 2,000 sessions: RSS")
     parser.add_argument("--json", type=Path, help="write every figure as JSON")
     parser.add_argument(
@@ -490,6 +502,13 @@ def main() -> None:
                    "LITELLM_LOG": "ERROR", "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}  # fmt: skip
             procs.append(_start([exe, "--port", str(ll_port), "--num_workers", "1"], ll_port, env))
             targets["litellm"] = (ll_port, "/anthropic/v1/messages")
+        headers: dict[str, dict[str, str]] = {}
+        if args.portkey:
+            pk_port = _free_port()
+            procs.append(_portkey(args.portkey, pk_port))
+            targets["portkey"] = (pk_port, "/v1/messages")
+            headers["portkey"] = {"x-portkey-provider": "anthropic",
+                                  "x-portkey-custom-host": f"http://127.0.0.1:{up_port}/v1"}  # fmt: skip
         convs = Conversations()
         results: dict[str, Any] = {"body_bytes": len(convs.session(0)[0]), "levels": {}}
         results["breakdown"] = breakdown(Conversations())
@@ -499,14 +518,14 @@ def main() -> None:
         for size in (int(x) for x in args.sizes.split(",")):
             sized = Conversations(size)
             key = f"1 ({len(sized.session(0)[0]) / 1000:.0f} KB)"
-            results["levels"][key] = asyncio.run(interleaved(targets, 60 if args.quick else 600, 10, sized))
+            results["levels"][key] = asyncio.run(interleaved(targets, 60 if args.quick else 600, 10, sized, headers))
         if not args.no_64:
             level: dict[str, Any] = {}
             for name, (port, path) in targets.items():
                 level[name] = asyncio.run(load(port, path, 64, 4 if args.quick else 20, 3, convs))
             results["levels"][64] = level
         if args.wrk:
-            results["wrk"] = _wrk(args, targets, convs)
+            results["wrk"] = _wrk(args, targets, convs, headers)
         if args.memory:  # 20,000 requests over 2,000 new sessions, in 10 rounds; RSS after each
             rss = [_rss_kb(ac.pid)]
             for _ in range(10):
@@ -546,13 +565,27 @@ def _add_workers(
         targets[f"agentcache redis, {n} worker{'s' if n > 1 else ''}"] = (port, "/v1/messages")
 
 
-def _wrk(args: argparse.Namespace, targets: dict[str, tuple[int, str]], convs: Conversations) -> Any:
+def _portkey(directory: str, port: int) -> subprocess.Popen[bytes]:
+    """Portkey's gateway (``@portkey-ai/gateway`` installed by npm in ``directory``) on ``port``, with
+    ``portkey_fetch.mjs`` preloaded: on Node 20 the gateway fails every request without it (``TypeError:
+    immutable``: it appends headers to the response ``fetch`` returned, whose headers Node's fetch makes immutable)."""
+    server = Path(directory) / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+    shim = Path(__file__).resolve().parent / "portkey_fetch.mjs"
+    return _start(["node", "--import", shim.as_uri(), str(server), f"--port={port}", "--headless"], port)
+
+
+def _wrk(
+    args: argparse.Namespace,
+    targets: dict[str, tuple[int, str]],
+    convs: Conversations,
+    headers: dict[str, dict[str, str]] | None = None,
+) -> Any:
     """``--wrk``: closed-loop throughput of every target (``_wrk_bench.py``), printed as a table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _wrk_bench import markdown, summary_of, throughput
 
     bodies = [b for n in range(20) for b in convs.session(1000 + n)]
-    with_headers = {name: (port, path, {}) for name, (port, path) in targets.items()}
+    with_headers = {name: (port, path, (headers or {}).get(name, {})) for name, (port, path) in targets.items()}
     conns = [int(c) for c in args.connections.split(",")]
     res = throughput(with_headers, bodies, conns, args.wrk_seconds, args.wrk_rounds)
     print(markdown(res, args.wrk_seconds, args.wrk_rounds) + "\n")
@@ -609,6 +642,8 @@ def _markdown(r: dict[str, Any]) -> str:
             ("agentcache --record", "agentcache control", "--record added / control added"),
             ("agentcache", "litellm", "agentcache added / litellm added"),
             ("agentcache relay", "litellm", "relay added / litellm added"),
+            ("agentcache", "portkey", "agentcache added / portkey added"),
+            ("agentcache relay", "portkey", "relay added / portkey added"),
         ]
         lines += [_ratio_line(streams, level, ours, theirs, label) for ours, theirs, label in pairs if theirs in level]
     lines.append("")

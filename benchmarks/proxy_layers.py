@@ -13,6 +13,8 @@ Each target is a minimal ASGI app in its own process in front of ``proxy_bench.p
   (the library under the proxy's transport);
 * ``relay httpx``: the same through ``httpx.AsyncHTTPTransport`` (the proxy's transport, without its sharding);
 * ``relay aiohttp``: the same through an ``aiohttp.ClientSession`` (its C parser), when aiohttp is installed;
+* ``relay httpx-on-aiohttp``: the same through agentcache's ``AiohttpTransport`` (httpx's request and response
+  objects over aiohttp, what the proxy uses): the cost of keeping httpx's interface;
 * ``agentcache relay``: ``agentcache proxy`` on a relayed path (starlette, middleware, the sharded transport).
 
 Figures: p50/p99 of the whole response (ms) and what each adds over ``direct``.
@@ -106,7 +108,29 @@ async def _via_aiohttp(state: dict[str, Any], url: str, headers: list[Any], body
             yield chunk
 
 
-_SENDERS = {"httpcore": _via_httpcore, "httpx": _via_httpx, "aiohttp": _via_aiohttp}
+async def _via_agentcache(state: dict[str, Any], url: str, headers: list[Any], body: bytes) -> Any:
+    import httpx
+
+    from agentcache.proxy._aiotransport import AiohttpTransport
+    from agentcache.proxy._transport import UpstreamClient
+
+    if "client" not in state:
+        state["client"] = UpstreamClient(AiohttpTransport(httpx.Limits(max_connections=100)), httpx.Timeout(60.0))
+    client = state["client"]
+    response = await client.send(client.build_request("POST", url, headers=headers, content=body))
+    try:
+        async for chunk in response.aiter_raw():
+            yield chunk
+    finally:
+        await response.aclose()
+
+
+_SENDERS = {
+    "httpcore": _via_httpcore,
+    "httpx": _via_httpx,
+    "aiohttp": _via_aiohttp,
+    "httpx-on-aiohttp": _via_agentcache,
+}
 
 
 def _serve(kind: str, port: int, upstream: str) -> None:
@@ -139,7 +163,7 @@ def main() -> None:
     try:
         import aiohttp  # noqa: F401
 
-        kinds.append("relay aiohttp")
+        kinds += ["relay aiohttp", "relay httpx-on-aiohttp"]
     except ImportError:
         pass
     targets: dict[str, tuple[int, str]] = {"direct": (up, "/v1/messages")}
@@ -152,6 +176,10 @@ def main() -> None:
         argv = [sys.executable, "-m", "agentcache", "proxy", "--upstream", upstream, "--port", str(port)]
         procs.append(_start(argv, port))
         targets["agentcache relay"] = (port, "/relay/v1/messages")
+        port = _free_port()  # the same on its httpcore transport
+        argv = [sys.executable, "-m", "agentcache", "proxy", "--upstream", upstream, "--port", str(port)]
+        procs.append(_start(argv, port, {"AGENTCACHE_PROXY_UPSTREAM_CLIENT": "httpx"}))
+        targets["agentcache relay (httpx client)"] = (port, "/relay/v1/messages")
         convs = Conversations(args.size)
         res = asyncio.run(interleaved(targets, 100 if args.quick else 500, 10, convs))
         print(f"request body: {len(convs.session(0)[0]):,} bytes (first turn)\n")

@@ -16,11 +16,13 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import aiohttp
 import httpcore
 import httpx
 import pytest
 
 from agentcache.proxy import ProxyConfig, create_app
+from agentcache.proxy._aiotransport import AiohttpTransport
 from agentcache.proxy._state import ProxyState
 from agentcache.proxy._transport import ShardedTransport
 from tests.test_proxy_support import ServerThread, chat_chunks, chat_completion, settings, sse_bytes
@@ -127,13 +129,14 @@ def body(i: int, stream: bool) -> dict[str, Any]:
     return {"model": "gpt-4o", "messages": [{"role": "user", "content": f"turn {i}"}], "stream": stream}
 
 
-@pytest.fixture
-def proxied() -> Iterator[Any]:
-    """A factory: ``proxied(upstream, engine)`` → (proxy base URL, ProxyState)."""
+@pytest.fixture(params=["aiohttp", "httpx"])
+def proxied(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A factory: ``proxied(upstream, engine)`` → (proxy base URL, ProxyState), on each upstream client."""
     stack: list[Any] = []
 
     def start(up: Upstream, engine: str = "none") -> tuple[str, ProxyState]:
-        app = create_app(ProxyConfig(upstream=up.url, engine=engine), settings=settings())
+        config = ProxyConfig(upstream=up.url, engine=engine, upstream_client=request.param)
+        app = create_app(config, settings=settings())
         server = ServerThread(app).__enter__()
         stack.append(server)
         return server.url, app.state.proxy
@@ -236,16 +239,24 @@ def test_pooled_connection_found_closed_before_writing_is_resent_on_a_new_one() 
         asyncio.run(scenario(up))
 
 
-def test_idle_connections_expire_before_a_5_s_server_keep_alive_timeout() -> None:
-    config = ProxyConfig(upstream="http://127.0.0.1:9")
+@pytest.mark.parametrize("client", ["aiohttp", "httpx", "auto"])
+def test_idle_connections_expire_before_a_5_s_server_keep_alive_timeout(client: str) -> None:
+    config = ProxyConfig(upstream="http://127.0.0.1:9", upstream_client=client)
     assert config.keepalive_expiry < 5.0
     state = ProxyState(config, settings=settings())
 
     async def scenario() -> None:
         async with state.running():
             transport = state.client.transport
-            assert isinstance(transport, ShardedTransport) and not transport.closes_after_stream
-            pool = transport._pools[0]._pool
-            assert pool._keepalive_expiry == config.keepalive_expiry
+            if client == "httpx":
+                assert isinstance(transport, ShardedTransport) and not transport.closes_after_stream
+                pool = transport._pools[0]._pool
+                assert pool._keepalive_expiry == config.keepalive_expiry
+            else:  # the proxy extra has aiohttp: auto picks it
+                assert isinstance(transport, AiohttpTransport) and not transport.closes_after_stream
+                assert transport._session is not None  # made by the engine probe at start-up
+                connector = transport._session.connector
+                assert isinstance(connector, aiohttp.TCPConnector)
+                assert connector._keepalive_timeout == config.keepalive_expiry
 
     asyncio.run(scenario())

@@ -7,10 +7,11 @@ Precedence: explicit arguments > environment > file > the ``DEFAULT_*`` constant
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
@@ -96,6 +97,8 @@ class ProxyConfig(BaseSettings):
     ``server_keepalive``/``header_timeout``/``body_timeout``: the server side's own timeouts, in seconds (an idle
     client connection; a request's line and headers; between two chunks of a request body).
     ``max_sessions``/``max_state_mb``: live sessions kept per process, by count and by estimated memory.
+    ``upstream_client``: the HTTP client to the upstream: ``aiohttp`` (:mod:`agentcache.proxy._aiotransport`, the
+    faster), ``httpx`` (httpcore's pools, :mod:`agentcache.proxy._transport`) or ``auto`` (aiohttp when installed).
     ``workers``: server processes sharing the port (:mod:`agentcache.proxy._workers`); more than one needs
     ``redis_url``, the store every worker shares.
     ``record_dir``: write every pipeline request to JSONL files there, for ``agentcache audit``
@@ -126,6 +129,7 @@ class ProxyConfig(BaseSettings):
     max_keepalive: int = Field(default=DEFAULT_MAX_KEEPALIVE, ge=0)
     keepalive_expiry: float = Field(default=DEFAULT_KEEPALIVE_EXPIRY, gt=0)
     upstream_pools: int = Field(default=DEFAULT_UPSTREAM_POOLS, ge=1)
+    upstream_client: Literal["auto", "aiohttp", "httpx"] = "auto"
     server_keepalive: int = Field(default=DEFAULT_SERVER_KEEPALIVE, gt=0)
     header_timeout: float = Field(default=DEFAULT_HEADER_TIMEOUT, gt=0)
     body_timeout: float = Field(default=DEFAULT_BODY_TIMEOUT, gt=0)
@@ -171,6 +175,13 @@ class ProxyConfig(BaseSettings):
         per_file = info.data.get("record_max_mb")
         if per_file is not None and value < per_file:
             raise ValueError(f"expected at least record_max_mb ({per_file:g}): the file being written is kept")
+        return value
+
+    @field_validator("upstream_client")
+    @classmethod
+    def _check_upstream_client(cls, value: str) -> str:
+        if value == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
+            raise ValueError("aiohttp is not installed (pip install 'agentcache[proxy]'), or choose httpx or auto")
         return value
 
     @field_validator("workers")

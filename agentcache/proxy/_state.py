@@ -36,7 +36,8 @@ from ._metrics import ProxyMetrics, model_label
 from ._multiproc import worker_metrics_dir
 from ._record import Recorder
 from ._trace import tracing_sink
-from ._transport import CLOSES_AFTER_STREAM, ShardedTransport, UpstreamClient, env_proxy
+from ._transport import CLOSES_AFTER_STREAM, ClosesAfterStream, UpstreamClient
+from ._upstream import make_transport
 
 __all__ = ["ProxyState"]
 
@@ -166,19 +167,8 @@ class ProxyState:
     async def startup(self) -> None:
         """Create the pooled upstream client, recognise a local engine, start the idle sweeper."""
         c = self.config
-        limits = httpx.Limits(
-            max_connections=c.max_connections,
-            max_keepalive_connections=c.max_keepalive,
-            keepalive_expiry=c.keepalive_expiry,
-        )
-        trust_env = not c.upstream_is_loopback  # no env proxy or cert settings for a local engine
-        proxy = env_proxy(c.upstream_url) if trust_env else None
-        transport = self._transport or ShardedTransport(
-            c.upstream_pools,
-            limits,
-            on_stale=lambda action: self.metrics.stale_connections.labels(action).inc(),
-            proxy=proxy,
-            trust_env=trust_env,
+        transport = self._transport or make_transport(
+            c, on_stale=lambda action: self.metrics.stale_connections.labels(action).inc()
         )
         timeout = httpx.Timeout(
             connect=c.connect_timeout, read=c.read_timeout, write=c.write_timeout, pool=c.pool_timeout
@@ -191,7 +181,7 @@ class ProxyState:
             self.metrics.state_budget.labels(part).set(self.budget.share(part))
         await self.detect()
         engine = self.declared.engine if isinstance(self.declared, EngineTarget) else self.detected
-        if isinstance(transport, ShardedTransport) and engine in CLOSES_AFTER_STREAM:
+        if isinstance(transport, ClosesAfterStream) and engine in CLOSES_AFTER_STREAM:
             transport.closes_after_stream = True
         if engine == Engine.LLAMA_CPP and c.upstream_kind == "url":  # the live report's engine arm
             arm_client = httpx.AsyncClient(

@@ -1,5 +1,6 @@
-"""The upstream side: :class:`UpstreamClient`, which sends through one httpx transport made of several
-connection pools (:class:`ShardedTransport`).
+"""The upstream side: :class:`UpstreamClient`, which sends through one httpx transport: aiohttp's
+(:class:`~agentcache.proxy._aiotransport.AiohttpTransport`, the default) or httpcore's, made of several connection
+pools (:class:`ShardedTransport`, described here); :mod:`agentcache.proxy._upstream` chooses.
 
 The proxy does not use ``httpx.AsyncClient``: a client's cookie jar would store the ``Set-Cookie`` of one
 tenant's response and send it with every later request, whoever makes it; its default headers would add an
@@ -42,7 +43,7 @@ from __future__ import annotations
 import math
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import httpcore
@@ -50,11 +51,18 @@ import httpx
 
 from ..model._types import Engine
 
-__all__ = ["CLOSES_AFTER_STREAM", "ShardedTransport", "UpstreamClient", "env_proxy"]
+__all__ = ["CLOSES_AFTER_STREAM", "ClosesAfterStream", "ShardedTransport", "UpstreamClient", "Watch", "env_proxy"]
 
 #: Engines whose HTTP server closes a keep-alive connection after every streamed (chunked) response (see the
 #: module docstring for the source).
 CLOSES_AFTER_STREAM = frozenset({Engine.LLAMA_CPP})
+
+
+@runtime_checkable
+class ClosesAfterStream(Protocol):
+    """A transport that can close each connection after a chunked response (both of the proxy's)."""
+
+    closes_after_stream: bool
 
 
 def env_proxy(url: str) -> str | None:
@@ -68,6 +76,10 @@ def env_proxy(url: str) -> str | None:
     return proxies.get(parts.scheme) or proxies.get("all")
 
 
+#: Parsed upstream URLs kept (the parse is ~30 µs of a request).
+_URL_MEMO = 1024
+
+
 class UpstreamClient:
     """Requests to the upstream through ``transport`` (see the module docstring). ``timeout`` applies to
     every request (connect, read, write, pool). Exceptions are httpx's own (``httpx.HTTPError``)."""
@@ -75,6 +87,7 @@ class UpstreamClient:
     def __init__(self, transport: httpx.AsyncBaseTransport, timeout: httpx.Timeout) -> None:
         self.transport = transport
         self._extensions = {"timeout": timeout.as_dict()}
+        self._urls: dict[str, httpx.URL] = {}  # parsed once: a proxy sends to few distinct URLs
 
     def build_request(
         self,
@@ -86,8 +99,13 @@ class UpstreamClient:
         json: Any = None,
     ) -> httpx.Request:
         """A request carrying exactly ``headers`` (plus ``Host`` and the body's length, which httpx sets)."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= _URL_MEMO:  # query strings may make URLs many: start over
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
         return httpx.Request(
-            method, url, headers=list(headers), content=content, json=json, extensions=self._extensions
+            method, parsed, headers=list(headers), content=content, json=json, extensions=self._extensions
         )
 
     async def send(self, request: httpx.Request) -> httpx.Response:
@@ -141,7 +159,7 @@ class _Released(httpx.AsyncByteStream):
                 self._release = None
 
 
-class _Watch:
+class Watch:
     """What the wrapped connections of one transport share: whether to close connections after a chunked
     response, and the callback counting stale-connection actions (``resent``, ``closed_after_stream``)."""
 
@@ -157,7 +175,7 @@ class _Watch:
 class _Watched(httpcore.AsyncConnectionInterface):
     """One pooled httpcore connection, checked again right before a request is written (module docstring)."""
 
-    def __init__(self, inner: httpcore.AsyncConnectionInterface, watch: _Watch) -> None:
+    def __init__(self, inner: httpcore.AsyncConnectionInterface, watch: Watch) -> None:
         self._inner = inner
         self._watch = watch
 
@@ -232,7 +250,7 @@ class _WatchedTransport(httpx.AsyncHTTPTransport):
     httpcore's pools create connections through their public ``create_connection`` hook; httpx keeps the
     pool in ``_pool`` (the one private name used: tests/test_proxy_stale.py fails if it goes away)."""
 
-    def __init__(self, watch: _Watch, **options: Any) -> None:
+    def __init__(self, watch: Watch, **options: Any) -> None:
         super().__init__(**options)
         pool = self._pool
         make = pool.create_connection
@@ -265,7 +283,7 @@ class ShardedTransport(httpx.AsyncBaseTransport):
             else math.ceil(limits.max_keepalive_connections / n),
             keepalive_expiry=limits.keepalive_expiry,
         )
-        self._watch = _Watch(on_stale)
+        self._watch = Watch(on_stale)
         self._pools = [_WatchedTransport(self._watch, limits=per, **options) for _ in range(n)]
         self._inflight = [0] * n
 
@@ -291,6 +309,11 @@ class ShardedTransport(httpx.AsyncBaseTransport):
         assert isinstance(stream, httpx.AsyncByteStream)
         response.stream = _Released(stream, lambda: self._done(i))
         return response
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent whose response is not closed yet."""
+        return sum(self._inflight)
 
     def _done(self, i: int) -> None:
         self._inflight[i] -= 1
