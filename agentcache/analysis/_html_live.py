@@ -117,13 +117,16 @@ def usd_lost(turn: TurnRecord | None, tokens: int) -> float:
 
 
 def _causes(report: AuditReport, turns: dict[tuple[str, int], TurnRecord]) -> list[CauseRow]:
-    """Breaks (all) and misses of what was sent (:data:`SENT`), grouped by cause, the most USD lost first."""
+    """Breaks (all), misses of what was sent (:data:`SENT`) and the upstream's (``reported``: its usage read less
+    than the client's own requests could; USD lost as the core priced it), grouped by cause, the most USD lost
+    first."""
     rows: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for b in report.breaks:
-        rows["break", b.cause].append((b.session, b.repaired, 0 if b.repaired else b.tokens_lost, b.request))
+        rows["break", b.cause].append((b.session, b.repaired, 0 if b.repaired else b.tokens_lost, b.request, None))
     for m in report.misses:
-        if m.arm == SENT:
-            rows["miss", m.cause].append((m.session, False, m.tokens_lost, m.request))
+        if m.arm in (SENT, "reported"):
+            kind = "miss" if m.arm == SENT else "reported miss"
+            rows[kind, m.cause].append((m.session, False, m.tokens_lost, m.request, m.usd_lost))
     out = [
         CauseRow(
             kind,
@@ -132,7 +135,7 @@ def _causes(report: AuditReport, turns: dict[tuple[str, int], TurnRecord]) -> li
             len({i[0] for i in items}),
             sum(1 for i in items if i[1]),
             sum(i[2] for i in items),
-            sum(usd_lost(turns.get((i[0], i[3])), i[2]) for i in items),
+            sum(usd_lost(turns.get((i[0], i[3])), i[2]) if i[4] is None else i[4] for i in items),
         )
         for (kind, cause), items in rows.items()
     ]
@@ -162,7 +165,11 @@ def _marks(report: AuditReport) -> tuple[dict[str, dict[int, str]], dict[str, st
     marks: dict[str, dict[int, str]] = defaultdict(dict)
     last: dict[str, tuple[int, str]] = {}
     events = [(b.session, b.request, b.cause, "break", b.tokens_lost, b.repaired) for b in report.breaks]
-    events += [(m.session, m.request, m.cause, "miss", m.tokens_lost, False) for m in report.misses if m.arm == SENT]
+    events += [
+        (m.session, m.request, m.cause, "miss" if m.arm == SENT else "reported miss", m.tokens_lost, False)
+        for m in report.misses
+        if m.arm in (SENT, "reported")
+    ]
     for session, request, cause, kind, lost, repaired in sorted(events, key=lambda e: e[1]):
         text = f"{kind} {cause}: {lost:,} tokens" + (" (repaired)" if repaired else " lost")
         had = marks[session].get(request)

@@ -178,6 +178,20 @@ def _render_misses(misses: list[MissRecord], console: Console, breaks: bool = Fa
     for g in sorted(group_misses(misses), key=rank):
         table.add_row(g.arm, g.cause, _int(g.count), _int(g.tokens_lost), _int(g.rejected))
     console.print(table)
+    _render_upstream_losses([m for m in misses if m.arm == "reported"], console)
+
+
+def _render_upstream_losses(misses: list[MissRecord], console: Console) -> None:
+    """Each ``reported`` miss: tokens the upstream's reported usage did not read although the requests as sent
+    could, with what they cost (USD beyond reading them) and the evidence."""
+    if not misses:
+        return
+    usd = sum(m.usd_lost or 0.0 for m in misses)
+    title = f"Reuse lost by the upstream (reported usage; {_usd(usd)} USD lost)"
+    table = _table(title, ["session", ">request", "cause", ">tokens lost", ">USD lost", "detail"])
+    for m in sorted(misses, key=lambda m: -m.tokens_lost):
+        table.add_row(m.session, _int(m.request), m.cause, _int(m.tokens_lost), _usd(m.usd_lost or 0.0), m.detail)
+    console.print(table)
 
 
 def _render_fixes(report: AuditReport, console: Console) -> None:
