@@ -27,7 +27,7 @@ from ._html_charts import arm_colors, token_chart, turn_chart, turn_columns
 from ._html_env import template
 from ._html_logs_tree import TreeRow, build_tree
 from ._inferred import read_instead
-from ._report import ArmMetrics, AuditReport, SessionReport, TurnRecord
+from ._report import ArmMetrics, AuditReport, SessionReport, TurnRecord, unreported
 
 __all__ = ["LiveView", "build_live_view", "render_live"]
 
@@ -97,6 +97,8 @@ class LiveView:
     keep_warm: list[DecisionRow]
     coalesced: list[DecisionRow]
     colors: dict[str, str] = field(default_factory=dict)
+    #: (requests without reported usage, requests in all), when some carried none
+    unreported: tuple[int, int] | None = None
 
 
 def _to_usage(u: SimUsage) -> CacheUsage:
@@ -231,6 +233,7 @@ def build_live_view(report: AuditReport, tenant: str | None) -> LiveView:
         keep_warm=_decisions(report.turns, "keep_warm"),
         coalesced=_decisions(report.turns, "coalesced"),
         colors=arm_colors(list(report.totals)),
+        unreported=unreported(report.totals, sum(s.requests for s in report.sessions)),
     )
 
 

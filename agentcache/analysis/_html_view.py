@@ -28,6 +28,7 @@ from ._report import (
     TurnRecord,
     provider_summary,
     saving_of,
+    unreported,
 )
 
 __all__ = ["ARM_HELP", "COLUMN_BUDGET", "ReportView", "build_view"]
@@ -116,6 +117,8 @@ class ReportView:
     details: list[SessionDetail] = field(default_factory=list)
     #: the ``reported`` arm's misses: reuse the upstream lost although the requests as sent could read it
     upstream_losses: list[MissRecord] = field(default_factory=list)
+    #: (requests without reported usage, requests in all), when some carried none
+    unreported: tuple[int, int] | None = None
 
 
 def build_view(
@@ -171,6 +174,7 @@ def build_view(
         top_sessions=[(s, _session_saving(s)) for s in shown],
         rest=_rest(ranked[top:]),
         details=details,
+        unreported=unreported(report.totals, sum(s.requests for s in report.sessions)),
         upstream_losses=sorted((m for m in report.misses if m.arm == "reported"), key=lambda m: -m.tokens_lost)[
             :max_rows
         ],

@@ -30,6 +30,7 @@ from ._report import (
     TurnRecord,
     provider_summary,
     saving_of,
+    unreported,
 )
 from ._report_logs import FIXES
 
@@ -45,6 +46,12 @@ def render_report(report: AuditReport, console: Console, max_breaks: int = 20, t
     )
     _render_unknown_models(report.models, console)
     console.print(_totals_table(report.totals))
+    if (missing := unreported(report.totals, sum(s.requests for s in report.sessions))) is not None:
+        n, of = missing
+        console.print(
+            f"[yellow]usage not reported by the upstream for {n:,} of {of:,} requests[/yellow]: the reported arm's "
+            f"hit rate and USD cover the other {of - n:,}"
+        )
     _render_breaks(report.breaks, console, max_breaks)
     _render_misses(report.misses, console, bool(report.breaks))
     _render_fixes(report, console)
@@ -127,8 +134,8 @@ def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
             _int(m.cache_read_tokens),
             _int(m.cache_write_tokens),
             _int(m.uncached_tokens),
-            _pct(m.hit_rate),
-            _usd(m.cost_usd),
+            _pct(m.hit_rate) if m.requests else "—",
+            _usd(m.cost_usd) if m.requests else "—",
             saved,
         )
     return table
