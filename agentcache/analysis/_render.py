@@ -32,7 +32,7 @@ from ._report import (
     saving_of,
     unreported,
 )
-from ._report_logs import FIXES
+from ._report_logs import fixes_for
 
 __all__ = ["make_console", "render_report"]
 
@@ -203,19 +203,21 @@ def _render_upstream_losses(misses: list[MissRecord], console: Console) -> None:
 
 def _render_fixes(report: AuditReport, console: Console) -> None:
     """What to do about each cause of the client's own traffic: its breaks and the ``as_sent`` arm's misses, most
-    tokens lost first (the table the log audit uses, :data:`~._report_logs.FIXES`)."""
+    tokens lost first (the table the log audit uses, :data:`~._report_logs.FIXES`, its "agentcache does" claims
+    checked against the ``agentcache`` arm: :func:`~._report_logs.fixes_for`)."""
     lost: dict[str, int] = defaultdict(int)
     for b in report.breaks:
         lost[b.cause] += b.tokens_lost
     for m in report.misses:
         if m.arm == "as_sent":
             lost[m.cause] += m.tokens_lost
-    causes = [c for c in sorted(lost, key=lambda c: (-lost[c], c)) if c in FIXES]
+    fixes = fixes_for(report)
+    causes = [c for c in sorted(lost, key=lambda c: (-lost[c], c)) if c in fixes]
     if not causes:
         return
     console.print("[bold]What to do[/bold]")
     for cause in causes:
-        console.print(f"  {cause}: {FIXES[cause]}")
+        console.print(f"  {cause}: {fixes[cause]}")
     console.print()
 
 
