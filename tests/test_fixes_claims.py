@@ -39,6 +39,7 @@ def test_claim_replaced_by_what_remains(tmp_path: Path) -> None:
     want = "place cache markers (agentcache's requests still lose it here: 1 request, 647 tokens, at "
     want += "messages[4].content[0])"
     assert f"markers.missing: {want}" in text and "(agentcache does)" not in text
+    assert "Misses by arm and cause (simulated)" in text  # no reported usage: every arm is simulated
     html = (tmp_path / "r.html").read_text()
     assert want.replace("'", "&#39;") in html and "place cache markers (agentcache does)" not in html
 

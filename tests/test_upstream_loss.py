@@ -90,6 +90,7 @@ def test_every_recording_door_names_the_loss(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())
     assert "No cache misses" not in text and "Reuse lost by the upstream (reported usage" in text
+    assert "Misses by arm and cause (simulated arms; reported: the upstream's usage)" in text
     row = text.split("Reuse lost by the upstream")[1]
     assert "s 2 unexplained 3,217" in " ".join(row.replace("│", " ").split()) and usd in row
     assert "reads stopped at 0 of 3,384" in row
@@ -124,5 +125,7 @@ async def _live() -> None:
         causes = html.split('<table id="causes">')[1].split("</table>")[0]
         assert "<td>reported miss</td><td><code>unexplained</code></td>" in causes
         assert f">{reported[0]['tokens_lost']:,}<" in causes and "None: every request" not in html
+        assert "3 turns · reported (as the upstream reported it) ·" in html  # the bars: reported, not simulated
+        assert f"turn 2: reported miss unexplained: {reported[0]['tokens_lost']:,} tokens lost" in html
         metrics = (await client.get("/metrics")).text
         assert 'arm="reported",cause="unexplained"' in metrics

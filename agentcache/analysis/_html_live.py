@@ -168,7 +168,7 @@ def _marks(report: AuditReport) -> tuple[dict[str, dict[int, str]], dict[str, st
     last: dict[str, tuple[int, str]] = {}
     events = [(b.session, b.request, b.cause, "break", b.tokens_lost, b.repaired) for b in report.breaks]
     events += [
-        (m.session, m.request, m.cause, "miss" if m.arm == SENT else "reported miss", m.tokens_lost, False)
+        (m.session, m.request, m.cause, "simulated miss" if m.arm == SENT else "reported miss", m.tokens_lost, False)
         for m in report.misses
         if m.arm in (SENT, "reported")
     ]

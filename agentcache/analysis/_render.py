@@ -177,7 +177,10 @@ def _render_misses(misses: list[MissRecord], console: Console, breaks: bool = Fa
         console.print("No cache misses beyond the prefix breaks above." if breaks else "No cache misses.")
         return
     order = {arm: i for i, arm in enumerate(ARMS)}
-    table = _table("Misses by arm and cause", ["arm", "cause", ">misses", ">tokens lost", ">rejected"])
+    title = "Misses by arm and cause (" + (
+        "simulated arms; reported: the upstream's usage)" if any(m.arm == "reported" for m in misses) else "simulated)"
+    )
+    table = _table(title, ["arm", "cause", ">misses", ">tokens lost", ">rejected"])
 
     def rank(g: MissGroup) -> tuple[int, str, int, int]:
         return order.get(g.arm, len(order)), g.arm, -g.count, -g.tokens_lost
