@@ -102,6 +102,7 @@ TURN_FAMILIES = {
     "agentcache_breaks",
     "agentcache_misses",
     "agentcache_saved_usd",
+    "agentcache_usage_unreported",
     "agentcache_provider_miss_reasons",
     "agentcache_coalesce_held_requests",  # the coalescer's (issue 14), fed through the same sink in every door
     "agentcache_coalesce_hold_seconds",

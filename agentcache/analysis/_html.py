@@ -23,7 +23,7 @@ from ._html_env import template
 from ._html_logs import render_logs_html
 from ._html_view import build_view
 from ._report import AuditReport
-from ._report_logs import FIXES
+from ._report_logs import fixes_for
 
 __all__ = ["render_html"]
 
@@ -66,6 +66,6 @@ def _context(report: AuditReport, inputs: Sequence[str], top: int, detail: int) 
         "token_chart": token_chart(report.totals),
         "cost_chart": cost_chart(report.totals, colors),
         "share_chart": share_by_request_chart(report.turns, arms, colors),
-        "fixes": FIXES,
+        "fixes": fixes_for(report),
         "version": __version__,
     }

@@ -28,8 +28,8 @@ from ._html_charts import arm_colors, token_chart, turn_chart, turn_columns
 from ._html_env import template
 from ._html_logs_tree import TreeRow, build_tree
 from ._inferred import read_instead
-from ._report import ArmMetrics, AuditReport, ModelRecord, SessionReport, TurnRecord
-from ._report_logs import FIXES
+from ._report import ArmMetrics, AuditReport, ModelRecord, SessionReport, TurnRecord, unreported
+from ._report_logs import fixes_for
 
 __all__ = ["LiveView", "build_live_view", "render_live"]
 
@@ -43,7 +43,7 @@ SENT = "agentcache"
 class CauseRow:
     """Breaks (``kind`` ``break``) or misses of one ``cause``: how many, in how many sessions, how many agentcache
     ``repaired``, the tokens lost (unrepaired ones), what they cost (USD, beyond reading them) and what to do
-    about them (``fix``: the one table of causes' fixes, :data:`~._report_logs.FIXES`; empty when it has none)."""
+    about them (``fix``: the one table of causes' fixes, :func:`~._report_logs.fixes_for`; empty when it has none)."""
 
     kind: str
     cause: str
@@ -103,6 +103,8 @@ class LiveView:
     keep_warm: list[DecisionRow]
     coalesced: list[DecisionRow]
     colors: dict[str, str] = field(default_factory=dict)
+    #: (requests without reported usage, requests in all), when some carried none
+    unreported: tuple[int, int] | None = None
 
 
 def _to_usage(u: SimUsage) -> CacheUsage:
@@ -123,13 +125,17 @@ def usd_lost(turn: TurnRecord | None, tokens: int) -> float:
 
 
 def _causes(report: AuditReport, turns: dict[tuple[str, int], TurnRecord]) -> list[CauseRow]:
-    """Breaks (all) and misses of what was sent (:data:`SENT`), grouped by cause, the most USD lost first."""
+    """Breaks (all), misses of what was sent (:data:`SENT`) and the upstream's (``reported``: its usage read less
+    than the client's own requests could; USD lost as the core priced it), grouped by cause, the most USD lost
+    first."""
     rows: dict[tuple[str, str], list[Any]] = defaultdict(list)
+    fixes = fixes_for(report)  # a fix's "(agentcache does)" only where what it sent did
     for b in report.breaks:
-        rows["break", b.cause].append((b.session, b.repaired, 0 if b.repaired else b.tokens_lost, b.request))
+        rows["break", b.cause].append((b.session, b.repaired, 0 if b.repaired else b.tokens_lost, b.request, None))
     for m in report.misses:
-        if m.arm == SENT:
-            rows["miss", m.cause].append((m.session, False, m.tokens_lost, m.request))
+        if m.arm in (SENT, "reported"):
+            kind = "miss" if m.arm == SENT else "reported miss"
+            rows[kind, m.cause].append((m.session, False, m.tokens_lost, m.request, m.usd_lost))
     out = [
         CauseRow(
             kind,
@@ -138,8 +144,8 @@ def _causes(report: AuditReport, turns: dict[tuple[str, int], TurnRecord]) -> li
             len({i[0] for i in items}),
             sum(1 for i in items if i[1]),
             sum(i[2] for i in items),
-            sum(usd_lost(turns.get((i[0], i[3])), i[2]) for i in items),
-            FIXES.get(cause, ""),
+            sum(usd_lost(turns.get((i[0], i[3])), i[2]) if i[4] is None else i[4] for i in items),
+            fixes.get(cause, ""),
         )
         for (kind, cause), items in rows.items()
     ]
@@ -169,7 +175,11 @@ def _marks(report: AuditReport) -> tuple[dict[str, dict[int, str]], dict[str, st
     marks: dict[str, dict[int, str]] = defaultdict(dict)
     last: dict[str, tuple[int, str]] = {}
     events = [(b.session, b.request, b.cause, "break", b.tokens_lost, b.repaired) for b in report.breaks]
-    events += [(m.session, m.request, m.cause, "miss", m.tokens_lost, False) for m in report.misses if m.arm == SENT]
+    events += [
+        (m.session, m.request, m.cause, "simulated miss" if m.arm == SENT else "reported miss", m.tokens_lost, False)
+        for m in report.misses
+        if m.arm in (SENT, "reported")
+    ]
     for session, request, cause, kind, lost, repaired in sorted(events, key=lambda e: e[1]):
         text = f"{kind} {cause}: {lost:,} tokens" + (" (repaired)" if repaired else " lost")
         had = marks[session].get(request)
@@ -247,6 +257,7 @@ def build_live_view(report: AuditReport, tenant: str | None) -> LiveView:
         keep_warm=_decisions(report.turns, "keep_warm"),
         coalesced=_decisions(report.turns, "coalesced"),
         colors=arm_colors(list(report.totals)),
+        unreported=unreported(report.totals, sum(s.requests for s in report.sessions)),
     )
 
 

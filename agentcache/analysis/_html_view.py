@@ -19,7 +19,17 @@ from typing import Any
 
 from ._groups import MissGroup, TTLGroup, group_misses, group_ttl
 from ._html_charts import MAX_COLUMNS
-from ._report import ArmMetrics, AuditReport, BreakRecord, SessionReport, TurnRecord, provider_summary, saving_of
+from ._report import (
+    ArmMetrics,
+    AuditReport,
+    BreakRecord,
+    MissRecord,
+    SessionReport,
+    TurnRecord,
+    provider_summary,
+    saving_of,
+    unreported,
+)
 
 __all__ = ["ARM_HELP", "COLUMN_BUDGET", "ReportView", "build_view"]
 
@@ -105,6 +115,10 @@ class ReportView:
     top_sessions: list[tuple[SessionReport, float | None]]
     rest: dict[str, Any] | None
     details: list[SessionDetail] = field(default_factory=list)
+    #: the ``reported`` arm's misses: reuse the upstream lost although the requests as sent could read it
+    upstream_losses: list[MissRecord] = field(default_factory=list)
+    #: (requests without reported usage, requests in all), when some carried none
+    unreported: tuple[int, int] | None = None
 
 
 def build_view(
@@ -160,6 +174,10 @@ def build_view(
         top_sessions=[(s, _session_saving(s)) for s in shown],
         rest=_rest(ranked[top:]),
         details=details,
+        unreported=unreported(report.totals, sum(s.requests for s in report.sessions)),
+        upstream_losses=sorted((m for m in report.misses if m.arm == "reported"), key=lambda m: -m.tokens_lost)[
+            :max_rows
+        ],
     )
 
 

@@ -32,7 +32,7 @@ session start, or a subagent's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..loaders import UsageRecord
@@ -46,7 +46,8 @@ from ..model._causes import (
 from ..model._provider import cause_of
 from ..model._rules import anthropic_rules, openai_rules
 from ..model._usage import CacheUsage, served_by
-from ._report import AuditReport
+from ..simulate import SimUsage
+from ._report import AuditReport, MissRecord
 
 __all__ = [
     "MIN_LOSS",
@@ -57,6 +58,7 @@ __all__ = [
     "entry_ttl",
     "exact_causes",
     "infer_losses",
+    "provider_loss",
     "read_instead",
 ]
 
@@ -211,6 +213,37 @@ def _why(
         where = "messages"
         return UNEXPLAINED, where, f"reads stopped at the static prefix ({read:,} tokens): the messages changed", True
     return UNEXPLAINED, "messages", f"reads stopped at {read:,} of {call.usage.prompt_tokens:,} tokens", True
+
+
+def provider_loss(
+    session: str, request: int, readable: SimUsage, usage: CacheUsage, price: Callable[[CacheUsage], float | None]
+) -> MissRecord | None:
+    """The ``reported`` arm's miss on one request, or None: tokens the upstream did not read although the client's
+    own requests could (``readable``: the ``as_sent`` arm's simulated usage, which already loses what the client's
+    breaks, markers and pauses lose). Simulated counts are estimates, so the readable prefix is scaled to the
+    upstream's token count; a shortfall of at least :data:`MIN_LOSS` is a miss. Its cause is the provider's own
+    diagnosis when the response carried one, else ``unexplained`` (inferred: the upstream dropped or never kept an
+    entry the traffic allowed), with where the reads stopped; ``usd_lost`` is what ``price`` (USD of a usage)
+    charges beyond reading the lost tokens."""
+    scale = usage.prompt_tokens / readable.prompt_tokens if readable.prompt_tokens else 0.0
+    could = min(usage.prompt_tokens, round(readable.cache_read_tokens * scale))
+    lost = could - usage.cache_read_tokens
+    if lost < MIN_LOSS:
+        return None
+    paid, instead = price(usage), price(read_instead(usage, lost))
+    usd = max(0.0, paid - instead) if paid is not None and instead is not None else 0.0
+    diagnosis = usage.diagnosis
+    named = cause_of(diagnosis) if diagnosis is not None else None
+    if named is not None and diagnosis is not None:
+        detail = f"the provider's diagnosis: {diagnosis.reason}"
+        return MissRecord(session, request, "reported", named, lost, usd_lost=usd, detail=detail)
+    read = usage.cache_read_tokens
+    where = "tools or system" if read == 0 else "messages"
+    detail = (
+        f"reads stopped at {read:,} of {usage.prompt_tokens:,} tokens where the requests as sent could read "
+        f"{could:,}: the upstream dropped the entry early (evicted, another replica or a shorter TTL)"
+    )
+    return MissRecord(session, request, "reported", UNEXPLAINED, lost, False, where, True, usd, detail)
 
 
 def read_instead(usage: CacheUsage, lost: int) -> CacheUsage:

@@ -36,6 +36,7 @@ from ..policies.volatility import suggestion
 from ..simulate import Concurrency, IdealSimulator, OpenAISimulator, SimResult, Simulator, SimUsage
 from ..targets import Target, cost_usd
 from ._diagnose import _classify, extends
+from ._inferred import provider_loss
 from ._key_arms import KeyArms
 from ._report import ArmMetrics, AuditReport, BreakRecord, MissRecord, SessionReport, SimErrorRecord, TurnRecord
 from ._static import StaticIndex
@@ -188,16 +189,24 @@ class Ledger:
         sim: SimUsage | None = None
         if "reported" in self.arms and usage is not None:
             served = served_by(usage)
-            if served is None or served == t.name or t.kind == TargetKind.ENGINE:  # an engine is free, whatever form
-                cost = t.cost(usage, self.model or prepared.planned.model) or 0.0
-            else:  # another provider's usage through this API (LiteLLM in front of Anthropic): its own prices
-                cost = cost_usd(usage, served, prepared.planned.model) or 0.0
-            sim = SimUsage.of(usage, cost)
+
+            def price(u: CacheUsage) -> float | None:
+                if served is None or served == t.name or t.kind == TargetKind.ENGINE:  # an engine is free
+                    return t.cost(u, self.model or prepared.planned.model)
+                # another provider's usage through this API (LiteLLM in front of Anthropic): its own prices
+                return cost_usd(u, served, prepared.planned.model)
+
+            sim = SimUsage.of(usage, price(usage) or 0.0)
             usages["reported"] = sim
             rep.arms["reported"].add(sim)
             self.totals["reported"].add(sim)
-            if self.sim_errors and served == t.name and "as_sent" in results:
-                self._push(self.errors, SimErrorRecord(session, request, "as_sent", results["as_sent"].usage, sim))
+            if served == t.name and "as_sent" in results:
+                if self.sim_errors:
+                    self._push(self.errors, SimErrorRecord(session, request, "as_sent", results["as_sent"].usage, sim))
+                loss = provider_loss(session, request, results["as_sent"].usage, usage, price)
+                if loss is not None:  # the upstream did not read what the client's own traffic could
+                    misses.append(loss)
+                    self._push(self.misses, loss)
         if self._ideal is not None:
             self._ideal.run(prepared.planned, t.name)  # markers are not content: the planned chain is the repaired one
             self._pending.append((rep, request, prepared.at, usages, prepared))

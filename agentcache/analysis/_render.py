@@ -30,8 +30,9 @@ from ._report import (
     TurnRecord,
     provider_summary,
     saving_of,
+    unreported,
 )
-from ._report_logs import FIXES
+from ._report_logs import fixes_for
 
 __all__ = ["make_console", "render_report"]
 
@@ -45,6 +46,12 @@ def render_report(report: AuditReport, console: Console, max_breaks: int = 20, t
     )
     _render_unknown_models(report.models, console)
     console.print(_totals_table(report.totals))
+    if (missing := unreported(report.totals, sum(s.requests for s in report.sessions))) is not None:
+        n, of = missing
+        console.print(
+            f"[yellow]usage not reported by the upstream for {n:,} of {of:,} requests[/yellow]: the reported arm's "
+            f"hit rate and USD cover the other {of - n:,}"
+        )
     _render_breaks(report.breaks, console, max_breaks)
     _render_misses(report.misses, console, bool(report.breaks))
     _render_fixes(report, console)
@@ -127,8 +134,8 @@ def _totals_table(totals: dict[str, ArmMetrics]) -> Table:
             _int(m.cache_read_tokens),
             _int(m.cache_write_tokens),
             _int(m.uncached_tokens),
-            _pct(m.hit_rate),
-            _usd(m.cost_usd),
+            _pct(m.hit_rate) if m.requests else "—",
+            _usd(m.cost_usd) if m.requests else "—",
             saved,
         )
     return table
@@ -170,7 +177,10 @@ def _render_misses(misses: list[MissRecord], console: Console, breaks: bool = Fa
         console.print("No cache misses beyond the prefix breaks above." if breaks else "No cache misses.")
         return
     order = {arm: i for i, arm in enumerate(ARMS)}
-    table = _table("Misses by arm and cause", ["arm", "cause", ">misses", ">tokens lost", ">rejected"])
+    title = "Misses by arm and cause (" + (
+        "simulated arms; reported: the upstream's usage)" if any(m.arm == "reported" for m in misses) else "simulated)"
+    )
+    table = _table(title, ["arm", "cause", ">misses", ">tokens lost", ">rejected"])
 
     def rank(g: MissGroup) -> tuple[int, str, int, int]:
         return order.get(g.arm, len(order)), g.arm, -g.count, -g.tokens_lost
@@ -178,23 +188,39 @@ def _render_misses(misses: list[MissRecord], console: Console, breaks: bool = Fa
     for g in sorted(group_misses(misses), key=rank):
         table.add_row(g.arm, g.cause, _int(g.count), _int(g.tokens_lost), _int(g.rejected))
     console.print(table)
+    _render_upstream_losses([m for m in misses if m.arm == "reported"], console)
+
+
+def _render_upstream_losses(misses: list[MissRecord], console: Console) -> None:
+    """Each ``reported`` miss: tokens the upstream's reported usage did not read although the requests as sent
+    could, with what they cost (USD beyond reading them) and the evidence."""
+    if not misses:
+        return
+    usd = sum(m.usd_lost or 0.0 for m in misses)
+    title = f"Reuse lost by the upstream (reported usage; {_usd(usd)} USD lost)"
+    table = _table(title, ["session", ">request", "cause", ">tokens lost", ">USD lost", "detail"])
+    for m in sorted(misses, key=lambda m: -m.tokens_lost):
+        table.add_row(m.session, _int(m.request), m.cause, _int(m.tokens_lost), _usd(m.usd_lost or 0.0), m.detail)
+    console.print(table)
 
 
 def _render_fixes(report: AuditReport, console: Console) -> None:
     """What to do about each cause of the client's own traffic: its breaks and the ``as_sent`` arm's misses, most
-    tokens lost first (the table the log audit uses, :data:`~._report_logs.FIXES`)."""
+    tokens lost first (the table the log audit uses, :data:`~._report_logs.FIXES`, its "agentcache does" claims
+    checked against the ``agentcache`` arm: :func:`~._report_logs.fixes_for`)."""
     lost: dict[str, int] = defaultdict(int)
     for b in report.breaks:
         lost[b.cause] += b.tokens_lost
     for m in report.misses:
         if m.arm == "as_sent":
             lost[m.cause] += m.tokens_lost
-    causes = [c for c in sorted(lost, key=lambda c: (-lost[c], c)) if c in FIXES]
+    fixes = fixes_for(report)
+    causes = [c for c in sorted(lost, key=lambda c: (-lost[c], c)) if c in fixes]
     if not causes:
         return
     console.print("[bold]What to do[/bold]")
     for cause in causes:
-        console.print(f"  {cause}: {FIXES[cause]}")
+        console.print(f"  {cause}: {fixes[cause]}")
     console.print()
 
 

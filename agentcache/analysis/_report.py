@@ -10,6 +10,8 @@ ours, agrees}`` (:class:`ProviderMissRecord`). When the records carry the usage 
 ``reported`` (that usage, priced by the provider that served it), and, where the simulated ``as_sent`` arm models
 that same provider, ``"simulator_error": {"arm", "error", "mean_abs_read_error", "requests": [{"session",
 "request", "arm", "simulated", "reported", "error"}]}`` (:class:`SimErrorRecord`; error = simulated − reported).
+When some requests carried no usage (an OpenAI Chat stream without ``stream_options.include_usage``), also
+``"usage_not_reported": {"requests", "of"}``: the ``reported`` arm (its hit rate and cost) covers only the others.
 """
 
 from __future__ import annotations
@@ -149,6 +151,16 @@ class ProviderMissRecord:
     def to_dict(self) -> dict[str, Any]:
         """JSON object."""
         return asdict(self)
+
+
+def unreported(totals: dict[str, ArmMetrics], requests: int = 0) -> tuple[int, int] | None:
+    """``(requests without reported usage, requests in all)`` when ``totals`` has a ``reported`` arm that misses
+    some, else None. All requests: the most any arm counted, or ``requests`` (the sessions' sum) when more."""
+    rep = totals.get("reported")
+    if rep is None:
+        return None
+    total = max(requests, *(m.requests for m in totals.values()))
+    return (total - rep.requests, total) if total > rep.requests else None
 
 
 def provider_summary(misses: list[ProviderMissRecord]) -> dict[str, Any]:
@@ -316,6 +328,8 @@ class AuditReport:
             "models": [m.to_dict() for m in self.models],
             "provider_diagnostics": provider_summary(self.provider_misses),
         }
+        if (missing := unreported(self.totals, sum(s.requests for s in self.sessions))) is not None:
+            out["usage_not_reported"] = {"requests": missing[0], "of": missing[1]}
         if self.simulator_errors:
             out["simulator_error"] = simulator_error_summary(self.simulator_errors)
         if self.mode == "reported":  # agents' own logs: reported usage, causes inferred (docs/audit.md)

@@ -4,13 +4,15 @@ the logs that were read. JSON forms in docs/audit.md ("Audit JSON")."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..loaders import UsageRecord
 from ..model._types import Breakdown
-from ._report import ArmMetrics, SessionReport
+from ._report import ArmMetrics, AuditReport, SessionReport
 
 __all__ = [
     "BY",
@@ -21,6 +23,7 @@ __all__ = [
     "GroupRow",
     "NotWorthIt",
     "SourceRow",
+    "fixes_for",
     "not_worth_it",
     "write_caveat",
 ]
@@ -63,6 +66,39 @@ FIXES: dict[str, str] = {
     "cache_key.changed": "one prompt_cache_key per session lineage (agentcache sets one)",
     "write.in_flight": "hold a request until its sibling's first byte (agentcache coalesces)",
 }
+
+#: Why the ``agentcache`` arm can still lose reuse to a cause it addresses, where agentcache knows it.
+_WHY_REMAINS: dict[str, str] = {
+    "cache_key.changed": "the client sets its own prompt_cache_key, and agentcache keeps a client's key",
+}
+_CLAIM = re.compile(r" \(agentcache [^)]*\)$")
+
+
+def fixes_for(report: AuditReport) -> dict[str, str]:
+    """:data:`FIXES` for one simulated audit: a cause's "(agentcache does)" claim stays only where the
+    ``agentcache`` arm achieved it in this traffic (no miss of that cause, no unrepaired break of it); otherwise
+    it says what remains (requests, tokens lost, where) and why, when known."""
+    left: dict[str, list[tuple[int, str | None, int]]] = {}
+    for m in report.misses:
+        if m.arm == "agentcache" and m.tokens_lost > 0:
+            left.setdefault(m.cause, []).append((m.tokens_lost, m.where, m.request))
+    for b in report.breaks:
+        if not b.repaired:
+            left.setdefault(b.cause, []).append((b.tokens_lost, b.first_divergent, b.request))
+    out = dict(FIXES)
+    for cause, items in left.items():
+        claim = _CLAIM.search(FIXES.get(cause, ""))
+        if claim is None:
+            continue
+        where = Counter(w for _, w, _ in items if w).most_common(1)
+        at = f", at {where[0][0]}" if where else ""
+        n, tokens = len(items), sum(t for t, _, _ in items)
+        first = (", a" if n == 1 else ", each a") + " session's first" if all(r == 0 for _, _, r in items) else ""
+        why = f": {_WHY_REMAINS[cause]}" if cause in _WHY_REMAINS else ""
+        remains = f"{n:,} request{'s' if n != 1 else ''}{first}, {tokens:,} tokens{at}"
+        out[cause] = FIXES[cause][: claim.start()] + f" (agentcache's requests still lose it here: {remains}{why})"
+    return out
+
 
 #: The parts of the input bill a log audit splits the reported spend into (``spend`` in the JSON, USD).
 SPEND = (

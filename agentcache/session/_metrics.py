@@ -21,8 +21,12 @@ metric (namespace ``agentcache``)       labels / meaning
                                         its target's prices; events), ``as_sent`` and ``agentcache``
                                         (simulated; ledger)
 ``agentcache_breaks_total``             ``provider``, ``cause``, ``repaired`` (ledger)
-``agentcache_misses_total``             ``provider``, ``arm``, ``cause`` (simulated; ledger)
+``agentcache_misses_total``             ``provider``, ``arm``, ``cause`` (simulated arms, and ``reported``:
+                                        the upstream read less than the client's own requests could; ledger)
 ``agentcache_saved_usd``                USD saved: simulated ``as_sent`` − ``agentcache`` (ledger)
+``agentcache_usage_unreported_total``   ``provider``: committed turns whose response carried no usage (an
+                                        OpenAI Chat stream without ``stream_options.include_usage``): the
+                                        tokens and ``reported`` cost above leave them out (events)
 ``agentcache_provider_miss_reasons_``   ``provider``, ``reason`` (the provider's own cache-miss reason:
 ``total``                               :mod:`agentcache.model._provider`; ``other`` if undocumented),
                                         ``agrees`` (``true``/``false`` with agentcache's cause for the same
@@ -129,12 +133,23 @@ class PrometheusSink:
             "breaks", "Prefix breaks diagnosed", ["provider", "cause", "repaired"], namespace=ns, registry=reg
         )
         self.misses = counter(
-            "misses", "Cache-mechanics misses (simulated)", ["provider", "arm", "cause"], namespace=ns, registry=reg
+            "misses",
+            "Cache-mechanics misses (simulated arms; reported: the upstream's own)",
+            ["provider", "arm", "cause"],
+            namespace=ns,
+            registry=reg,
         )
         self.provider_reasons = counter(
             "provider_miss_reasons",
             "Provider-reported cache-miss reasons, and whether agentcache's own cause agrees",
             ["provider", "reason", "agrees"],
+            namespace=ns,
+            registry=reg,
+        )
+        self.unreported = counter(
+            "usage_unreported",
+            "Committed turns whose response carried no usage (not in the token and reported cost series)",
+            ["provider"],
             namespace=ns,
             registry=reg,
         )
@@ -179,9 +194,11 @@ class PrometheusSink:
         if (miss := report.provider_miss) is not None:
             agrees = "unknown" if miss.agrees is None else str(miss.agrees).lower()
             self.provider_reasons.labels(miss.provider, reason_label(miss.provider, miss.reason), agrees).inc()
-        if report.usage is None:
-            return
         provider = provider_label(report.api, report.storage_tier.kind == "engine")
+        if report.usage is None:
+            if event.event == "turn":  # the upstream sent no usage: say so rather than count 0 tokens
+                self.unreported.labels(provider).inc()
+            return
         self.count_tokens(provider, report.model, report.usage, "turn")
         self.cost.labels(provider, model_label(provider, report.model), "reported").inc(report.cost_usd or 0.0)
 
