@@ -39,6 +39,7 @@ __all__ = [
     "equivalences_at",
     "message_value",
     "normalize",
+    "plain_text",
     "text_part",
     "value_digest",
 ]
@@ -64,6 +65,16 @@ class TextShape:
         if not isinstance(unit, str):
             return unit, env
         return {"type": self.part_for(env.get("role") if isinstance(env, dict) else None), "text": unit}, env
+
+    def text_of(self, unit: Any, role: Any) -> str | None:
+        """The string ``unit`` stands for under this rule (the inverse of :meth:`apply`): ``unit`` itself, or the
+        text of a part ``{"type": part, "text": s}`` with no other key; None for anything else."""
+        if isinstance(unit, str):
+            return unit
+        if isinstance(unit, dict) and unit.get("type") == self.part_for(role) and unit.keys() <= _PART_KEYS:
+            text = unit.get("text")
+            return text if isinstance(text, str) else None
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +117,7 @@ def _tagged(value: Any, field: tuple[str, ...]) -> Any:
 
 
 Rule = TextShape | JsonText
+_PART_KEYS = frozenset({"type", "text"})
 
 _ANTHROPIC_CONTENT = (
     "platform.claude.com/docs/en/api/messages (messages[].content: a string is shorthand for one text content "
@@ -163,6 +175,22 @@ def text_part(api: str, path: str, role: str | None) -> str | None:
         rule = EQUIVALENCES[api][i]
         if isinstance(rule, TextShape):
             return rule.part_for(role)
+    return None
+
+
+def plain_text(api: str, block: Block, role: Any) -> str | None:
+    """The text of ``block`` (one content unit of a message of ``role`` in wire ``api``, its marker stripped) when
+    the API reads it as a string: a string, or the one text part :class:`TextShape` defines at its position; None
+    for any other block. Session inference hashes such a message by its text, so both spellings are one
+    conversation item (:mod:`agentcache.session._identity`)."""
+    if block.kind != "text":
+        return None
+    unit = block.unit()
+    where = block.path if isinstance(unit, str) else block.path.rpartition("[")[0]  # a part: its content list
+    for i in equivalences_at(api, where):
+        rule = EQUIVALENCES[api][i]
+        if isinstance(rule, TextShape):
+            return rule.text_of(unit, role)
     return None
 
 

@@ -27,6 +27,7 @@ sink, outside the lock. Usage totals per session and per lineage are this proces
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, replace
@@ -34,13 +35,22 @@ from typing import Any
 
 from .._log import get_logger
 from ..model._bounded import bounded
+from ..model._canonical import CanonicalRequest
 from ..model._fields import LifecycleEvent, TurnReport
 from ..model._rawjson import RawBody
 from ..model._types import Api
 from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
 from ._drive import StoreOp, arun, run
-from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Checkpoints, Identity, checkpoints_of, new_session_id
+from ._identity import (
+    LOCAL_TENANT,
+    NO_CHECKPOINTS,
+    Canonicalizer,
+    Checkpoints,
+    Identity,
+    checkpoints_from,
+    new_session_id,
+)
 from ._lifecycle import annotate
 from ._manager import DEFAULT_IDLE_TIMEOUT, SIBLING_BLOCKS, Lineage, Manager, SessionClosedError
 from ._session import UNSET, Session
@@ -56,7 +66,8 @@ log = get_logger("agentcache.session")
 class _Who:
     """A request's identity before the store is asked: ``sid`` (None: look it up by ``checkpoints``),
     ``explicit`` (the id came from the request; such sessions are not indexed), ``parent``, ``lineage``, the
-    declared lineage the lookup stays inside (None outside one), and ``loop``: the request carries tools."""
+    declared lineage the lookup stays inside (None outside one), ``loop``: the request carries tools, and
+    ``client``: the request, canonical, when the lookup needed it (the session's pipeline goes on from it)."""
 
     sid: str | None
     explicit: bool
@@ -64,6 +75,7 @@ class _Who:
     parent: str | None
     lineage: str | None = None
     loop: bool = False
+    client: CanonicalRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,19 +133,26 @@ class Sessions(Manager):
         parent = bounded(who.parent) if who.parent is not None else None
         return who if parent is who.parent else replace(who, parent=parent)
 
+    @functools.cached_property
+    def _canonicalizer(self) -> Canonicalizer:
+        """Canonicalizes the requests whose session is looked up (once, before the lookup)."""
+        return Canonicalizer()
+
     def _who(self, identity: Identity, api: Api, body: dict[str, Any], raw: RawBody | None) -> _Who:
         if identity.session:
             return _Who(bounded(identity.session), True, NO_CHECKPOINTS, identity.parent)
         if identity.declared and identity.declared_lineage:
             lineage = bounded(identity.declared)
-            cps = checkpoints_of(api, body, raw, scope=lineage)
-            return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")))
+            client = self._canonicalizer.canonical(api, body, raw)
+            cps = checkpoints_from(client, scope=lineage)
+            return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")), client)
         if identity.declared:
             return _Who(bounded(identity.declared), True, NO_CHECKPOINTS, identity.parent or identity.declared_parent)
         if identity.cache_key:
             return _Who(bounded(identity.cache_key), True, NO_CHECKPOINTS, identity.parent)
         if identity.infer:
-            return _Who(None, False, checkpoints_of(api, body, raw), identity.parent)
+            client = self._canonicalizer.canonical(api, body, raw)
+            return _Who(None, False, checkpoints_from(client), identity.parent, client=client)
         return _Who(new_session_id(), True, NO_CHECKPOINTS, identity.parent)
 
     def _found(self, who: _Who, found: str | None, live: bool) -> tuple[str, str | None]:
@@ -219,27 +238,17 @@ class Sessions(Manager):
                                  "reuse": req.reuse})  # fmt: skip
         sess = self._opened(opened, now, events)
         at = now if req.at is UNSET else req.at
-        return self._prepare(sess, req.api, req.body, at, req.raw, req.base_url, req.target, who.checkpoints, req.size)
+        return self._prepare(sess, req, at, who)
 
     def _resolve(self, api: Api, target: Target | None) -> Target:
         if self.settings.target != "auto":
             return resolve_target(api, setting=self.settings.target, model=self.model)
         return target or self.provider or resolve_target(api, model=self.model)
 
-    def _prepare(
-        self,
-        sess: Session,
-        api: Api,
-        body: dict[str, Any],
-        at: float | None,
-        raw: RawBody | None,
-        base_url: str | None,
-        target: Target | None,
-        checkpoints: Checkpoints,
-        size: int | None,
-    ) -> Turn:
+    def _prepare(self, sess: Session, req: _Begin, at: float | None, who: _Who) -> Turn:
+        api, body = req.api, req.body
         if sess.target is None:
-            sess.target = self._resolve(api, target)
+            sess.target = self._resolve(api, req.target)
         lineage = self._lineages.get(sess.lineage)
         pipe = sess.pipeline
         # A subagent's first request: its siblings' shared prefix is where it diverges from the latest sibling's.
@@ -250,7 +259,8 @@ class Sessions(Manager):
             api,
             body,
             now=at,
-            raw=raw,
+            raw=req.raw,
+            client=who.client,
             routing_key=lineage.routing_key if lineage is not None else None,
             sibling=sibling,
             spawns=spawns,
@@ -262,9 +272,9 @@ class Sessions(Manager):
                 self._set_sibling(state, prepared.client.chain[:SIBLING_BLOCKS])
                 if at is not None:
                     state.spawns = (*state.spawns[-31:], at)
-        wire = annotate(prepared.body, sess.signal, base_url, tuple(self.sinks))
+        wire = annotate(prepared.body, sess.signal, req.base_url, tuple(self.sinks))
         self._seq += 1
-        return Turn(sess, self._seq, api, prepared, wire, checkpoints, size)
+        return Turn(sess, self._seq, api, prepared, wire, who.checkpoints, req.size)
 
     # ---- completing turns ------------------------------------------------------------------------
 
