@@ -394,10 +394,13 @@ def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, f
             body, texts = loads(raw)
             t1 = time.perf_counter()
             if canon is not None:
-                client = canon.canonical("anthropic.messages", body, texts)
+                client, cache = canon.canonical("anthropic.messages", body, texts)
                 checkpoints_from(client)
                 t2 = time.perf_counter()
+                if pipe.sent is None and canon.adopt("anthropic.messages", cache):
+                    pipe.cache = cache
                 prepared = pipe.prepare("anthropic.messages", body, now=time.time(), raw=texts, client=client)
+                canon.note("anthropic.messages", body, texts, pipe.cache)
             else:
                 checkpoints_of("anthropic.messages", body, texts)
                 t2 = time.perf_counter()

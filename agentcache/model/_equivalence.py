@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import re
 from collections import OrderedDict
@@ -66,14 +67,20 @@ class TextShape:
             return unit, env
         return {"type": self.part_for(env.get("role") if isinstance(env, dict) else None), "text": unit}, env
 
-    def text_of(self, unit: Any, role: Any) -> str | None:
-        """The string ``unit`` stands for under this rule (the inverse of :meth:`apply`): ``unit`` itself, or the
-        text of a part ``{"type": part, "text": s}`` with no other key; None for anything else."""
-        if isinstance(unit, str):
-            return unit
-        if isinstance(unit, dict) and unit.get("type") == self.part_for(role) and unit.keys() <= _PART_KEYS:
-            text = unit.get("text")
-            return text if isinstance(text, str) else None
+    def text_in(self, data: str, role: Any) -> str | None:
+        """The string a unit whose canonical bytes are ``data`` (compact JSON, its marker stripped) stands for under
+        this rule, the inverse of :meth:`apply`: a string itself, or the text of a part ``{"type": part, "text":
+        s}`` with no other key (in either key order); None for anything else. Read off the bytes (a JSON string
+        scanned in C), not parsed: session inference reads it for every new message."""
+        if data[:1] == '"':
+            text, end = _scanstring(data, 1)
+            return text if end == len(data) else None
+        part = self.part_for(role)
+        for head, tail in ((f'{{"type":"{part}","text":', "}"), ('{"text":', f',"type":"{part}"}}')):
+            if data.startswith(head) and data.endswith(tail) and data[len(head) : len(head) + 1] == '"':
+                text, end = _scanstring(data, len(head) + 1)
+                if end == len(data) - len(tail):
+                    return str(text)
         return None
 
 
@@ -117,7 +124,7 @@ def _tagged(value: Any, field: tuple[str, ...]) -> Any:
 
 
 Rule = TextShape | JsonText
-_PART_KEYS = frozenset({"type", "text"})
+_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 _ANTHROPIC_CONTENT = (
     "platform.claude.com/docs/en/api/messages (messages[].content: a string is shorthand for one text content "
@@ -185,12 +192,12 @@ def plain_text(api: str, block: Block, role: Any) -> str | None:
     conversation item (:mod:`agentcache.session._identity`)."""
     if block.kind != "text":
         return None
-    unit = block.unit()
-    where = block.path if isinstance(unit, str) else block.path.rpartition("[")[0]  # a part: its content list
+    data = block.data.decode()
+    where = block.path if data[:1] == '"' else block.path.rpartition("[")[0]  # a part: its content list
     for i in equivalences_at(api, where):
         rule = EQUIVALENCES[api][i]
         if isinstance(rule, TextShape):
-            return rule.text_of(unit, role)
+            return rule.text_in(data, role)
     return None
 
 

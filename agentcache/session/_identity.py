@@ -43,13 +43,15 @@ chain (``scope``), so inference inside it never reaches another lineage.
 from __future__ import annotations
 
 import secrets
+import weakref
+from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
 
 from ..adapters import canonicalize, wire_for
-from ..model._build import BlockCache
+from ..model._build import BlockCache, shared_run
 from ..model._canonical import Block, CanonicalRequest
 from ..model._equivalence import plain_text
 from ..model._rawjson import RawBody, encode_sorted, parse
@@ -151,31 +153,72 @@ def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
 
 
 class Canonicalizer:
-    """The canonical requests of requests whose session is still to be found (canonicalized once, before the
-    lookup; the session's pipeline then goes on from that request): one block cache per wire API, shared by the
-    conversations of the process, so an unchanged message re-uses its blocks whichever session it belongs to
-    (a block depends on its API, position and text alone), and keeps them as facts of the parsed message, which
-    the parse memo carries into the conversation's next turn. Not thread-safe: the manager calls it under its
-    lock, or from one event loop."""
+    """Canonicalizes the requests whose session is still to be found, once, before the lookup (the session's
+    pipeline then goes on from that request), with the block cache of the conversation the request most likely
+    continues, so unchanged messages re-use their blocks as in the session's own pass: the cache that built a
+    conversation's last request is noted on its last messages (:meth:`note`, a weak reference among the facts of
+    the parsed message, which the parse memo carries into the conversation's next turn). A request that carries
+    none is built with a spare cache, which the new session it opens then adopts (:meth:`adopt`). Not thread-safe:
+    the manager calls it under its lock, or from one event loop."""
 
-    __slots__ = ("_caches",)
+    __slots__ = ("_spare",)
 
     def __init__(self) -> None:
-        self._caches: dict[str, BlockCache] = {}
+        self._spare: dict[str, BlockCache] = {}
 
-    def canonical(self, api: str, body: dict[str, Any], raw: RawBody | None) -> CanonicalRequest:
-        """``body`` of wire ``api`` as a canonical request; ``raw``: its source texts. Raises InputError for a
-        malformed body."""
-        cache = self._caches.get(api)
+    def canonical(self, api: str, body: dict[str, Any], raw: RawBody | None) -> tuple[CanonicalRequest, BlockCache]:
+        """``(request, the cache that built it)``: ``body`` of wire ``api`` canonical; ``raw``: its source texts.
+        Raises InputError for a malformed body."""
+        cache = _noted(api, body, raw)
         if cache is None:
-            cache = self._caches[api] = BlockCache(keep=_KEEP, facts=api, refs=_REFS)
+            cache = self._spare.get(api)
+            if cache is None:
+                cache = self._spare[api] = BlockCache()
         cache.begin(raw)
-        return canonicalize(api, body, cache=cache)
+        return canonicalize(api, body, cache=cache), cache
+
+    def adopt(self, api: str, cache: BlockCache) -> bool:
+        """True when ``cache`` is this canonicalizer's spare for ``api``, which a new session now owns (the next
+        request that carries no note gets a new one)."""
+        if self._spare.get(api) is not cache:
+            return False
+        del self._spare[api]
+        return True
+
+    @staticmethod
+    def note(api: str, body: dict[str, Any], raw: RawBody | None, cache: BlockCache) -> None:
+        """Note ``cache`` (the session's, which built ``body``) on the last :data:`_NOTED` conversation items of
+        ``body``: the next turn of the conversation carries them."""
+        items = body.get(wire_for(api).items_field) if raw is not None else None
+        if raw is None or not isinstance(items, list):
+            return
+        ref = weakref.ref(cache)
+        for item in items[-_NOTED:]:
+            facts = raw.facts(item)
+            if facts is not None:
+                facts[_NOTE + api] = ref
 
 
-#: Requests a unit of the shared block cache outlives unused, and recent requests whose chains a build may re-use:
-#: a few conversations interleaving keep their blocks and chains (past them, the parse memo's facts keep blocks).
-_KEEP, _REFS = 16, 8
+#: A conversation's cache is noted on its last three items: a client may rewrite the last one or two (markers).
+_NOTED = 3
+_NOTE = "block cache:"
+
+
+def _noted(api: str, body: dict[str, Any], raw: RawBody | None) -> BlockCache | None:
+    """The block cache noted on the deepest of ``body``'s last few conversation items that carries one (see
+    :class:`Canonicalizer`), if it is still alive."""
+    items = body.get(wire_for(api).items_field) if raw is not None else None
+    if raw is None or not isinstance(items, list):
+        return None
+    for item in reversed(items[-2 * _NOTED - 2 :]):
+        facts = raw.facts(item)
+        ref = facts.get(_NOTE + api) if facts is not None else None
+        if ref is not None:
+            cache: BlockCache | None = ref()
+            return cache
+    return None
+
+
 # (chain before, the digests of a message's blocks) → (chain after, the message's mark): a message's link depends
 # on what precedes it and its blocks alone, so an unchanged history costs one lookup per message. Bounded.
 _LINKS: dict[tuple[bytes, tuple[bytes, ...]], tuple[bytes, bytes]] = {}
@@ -192,25 +235,68 @@ def checkpoints_of(
     return checkpoints_from(canonicalize(api, body, cache=cache), scope=scope)
 
 
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """One :func:`checkpoints_from` walk, for the next request of the conversation: ``req`` walked under
+    ``scope``; ``links``/``marks`` its checkpoints' chain and marks; ``count[j]``: its conversation messages
+    among its first ``j`` messages; ``system``: ``(message index, its blocks' digests)`` of its system-section
+    messages (OpenAI)."""
+
+    req: CanonicalRequest
+    scope: str | None
+    links: tuple[bytes, ...]
+    marks: tuple[bytes, ...]
+    count: tuple[int, ...]
+    system: tuple[tuple[int, bytes], ...]
+
+
+# The latest walks, newest first: a request re-uses the links of the one it shares the most leading messages with
+# (its conversation's previous turn), so a turn walks its new messages only.
+_WALKS: list[_Walk] = []
+_WALKS_KEPT = 8
+
+
+def _resume(req: CanonicalRequest, scope: str | None) -> tuple[int, _Walk | None]:
+    """``(m, walk)``: the recent walk sharing the most leading whole messages with ``req`` (same blocks, same
+    message boundaries), and how many."""
+    best, found = 0, None
+    for walk in _WALKS:
+        ref = walk.req
+        if walk.scope != scope or ref.api != req.api:
+            continue
+        shared = shared_run(req.digests, ref.digests)
+        bounds = shared_run(req.msg_start, ref.msg_start)
+        m = bisect_right(ref.msg_start, shared, 1, bounds) - 1 if bounds > 1 else 0  # message j ends at start j+1
+        if shared == len(ref.digests) == len(req.digests) and bounds == len(ref.msg_start) == len(req.msg_start):
+            m = len(ref.msg_start)  # the same request again: every message, the last one included
+        if m > best:
+            best, found = m, walk
+            if m >= len(ref.msg_start) - 1:  # all of it but its last message: the conversation's previous turn
+                break
+    return best, found
+
+
 def checkpoints_from(req: CanonicalRequest, *, scope: str | None = None) -> Checkpoints:
     """The prefix-index keys of canonical request ``req`` (see the module docstring), from the same blocks and
     block digests as ``req.chain``: the hash chain over its conversation messages (the messages outside the
     system section), seeded with the wire API (a session never spans two APIs) and ``scope`` (a declared lineage:
     its sessions are indexed apart); and the digest of its tools and system blocks (options left out)."""
-    cur = blake2b(req.api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16)
-    link = cur.digest()
+    m, walk = _resume(req, scope)
+    if walk is not None:
+        c = walk.count[m]
+        out, marks, count = list(walk.links[:c]), list(walk.marks[:c]), list(walk.count[: m + 1])
+        system = [part for part in walk.system if part[0] < m]
+    else:
+        out, marks, count, system = [], [], [0], []
+    seed = req.api.encode() + (b"\x00" + scope.encode() if scope is not None else b"")
+    link = out[-1] if out else blake2b(seed, digest_size=16).digest()
     blocks, ds, starts = req.blocks, req.digests, req.msg_start
-    prefix = blake2b(digest_size=16)
-    for b in req.head:
-        if not b.is_option:
-            prefix.update(b.digest)
-    out: list[bytes] = []
-    marks: list[bytes] = []
     n, end = len(starts), len(blocks)
-    for k in range(n):
+    for k in range(m, n):
         lo, hi = starts[k], starts[k + 1] if k + 1 < n else end
         if blocks[lo].section != "message":  # a system/developer message (OpenAI): part of the prefix
-            prefix.update(b"".join(ds[lo:hi]))
+            system.append((k, b"".join(ds[lo:hi])))
+            count.append(count[-1])
             continue
         key = (link, ds[lo:hi])
         hit = _LINKS.get(key)
@@ -223,7 +309,31 @@ def checkpoints_from(req: CanonicalRequest, *, scope: str | None = None) -> Chec
         link = hit[0]
         out.append(link)
         marks.append(hit[1])
-    return Checkpoints(tuple(out), prefix.digest(), tuple(marks))
+        count.append(count[-1] + 1)
+    head = b"".join([b.digest for b in req.head if not b.is_option])
+    prefix = blake2b(head + b"".join([part[1] for part in system]), digest_size=16).digest()
+    cps = Checkpoints(tuple(out), prefix, tuple(marks))
+    _WALKS[:] = [_Walk(req, scope, cps.chain, cps.marks, tuple(count), tuple(system)), *_WALKS[: _WALKS_KEPT - 1]]
+    return cps
+
+
+_ENVELOPES: dict[bytes, tuple[str | None, str]] = {}  # a message envelope's bytes → _envelope (envelopes repeat)
+
+
+def _envelope(env: bytes) -> tuple[str | None, str]:
+    """``(role, tail)`` of a message envelope: its role (None: none, or not a string) and its other keys as
+    ``"\x00<sorted JSON>"`` (``""`` when none; a Responses ``"type": "message"`` is no other key)."""
+    hit = _ENVELOPES.get(env)
+    if hit is None:
+        value = parse(env) if env else None
+        hit = None, ""
+        if isinstance(value, dict) and isinstance(role := value.get("role"), str):
+            rest = {k: v for k, v in value.items() if k != "role" and (k, v) != ("type", "message")}
+            hit = role, f"\x00{encode_sorted(rest)}" if rest else ""
+        if len(_ENVELOPES) >= 4096:
+            _ENVELOPES.clear()
+        _ENVELOPES[env] = hit
+    return hit
 
 
 def _message_digests(api: str, blocks: tuple[Block, ...]) -> tuple[bytes, bytes]:
@@ -236,12 +346,9 @@ def _message_digests(api: str, blocks: tuple[Block, ...]) -> tuple[bytes, bytes]
     mode appends its rules to the prompt it sends and restores the prompt alone). Any other message is hashed by
     its blocks' digests, and is its own mark."""
     if len(blocks) == 1 and blocks[0].kind == "text":
-        env = parse(blocks[0].env) if blocks[0].env else None
-        role = env.get("role") if isinstance(env, dict) else None
-        text = plain_text(api, blocks[0], role) if isinstance(role, str) else None
-        if text is not None and isinstance(env, dict):
-            rest = {k: v for k, v in env.items() if k != "role" and (k, v) != ("type", "message")}
-            tail = f"\x00{encode_sorted(rest)}" if rest else ""
+        role, tail = _envelope(blocks[0].env)
+        text = plain_text(api, blocks[0], role) if role is not None else None
+        if text is not None:
             d = blake2b(f"\x01{role}\x00{text}{tail}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
             first = text.strip().split("\n\n", 1)[0].rstrip()
             if first == text:

@@ -216,7 +216,8 @@ class SessionPipeline:
         """The client's request, canonical, and how it diverges from the client's previous one."""
         if p.given is not None:
             p.client = p.work = p.given
-            self.cache.remember(p.given)  # the chain reference of a later build in this pass (moved volatile)
+            if not self.cache.last or self.cache.last[0] is not p.given:  # built with another cache: a reference
+                self.cache.remember(p.given)
         else:
             p.client = p.work = canonicalize(p.api, p.body, cache=self.cache)
         last = p.last

@@ -35,6 +35,7 @@ from typing import Any
 
 from .._log import get_logger
 from ..model._bounded import bounded
+from ..model._build import BlockCache
 from ..model._canonical import CanonicalRequest
 from ..model._fields import LifecycleEvent, TurnReport
 from ..model._rawjson import RawBody
@@ -42,15 +43,8 @@ from ..model._types import Api
 from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
 from ._drive import StoreOp, arun, run
-from ._identity import (
-    LOCAL_TENANT,
-    NO_CHECKPOINTS,
-    Canonicalizer,
-    Checkpoints,
-    Identity,
-    checkpoints_from,
-    new_session_id,
-)
+from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Canonicalizer, Checkpoints, Identity, new_session_id
+from ._identity import checkpoints_from as _checkpoints
 from ._lifecycle import annotate
 from ._manager import DEFAULT_IDLE_TIMEOUT, SIBLING_BLOCKS, Lineage, Manager, SessionClosedError
 from ._session import UNSET, Session
@@ -67,7 +61,8 @@ class _Who:
     """A request's identity before the store is asked: ``sid`` (None: look it up by ``checkpoints``),
     ``explicit`` (the id came from the request; such sessions are not indexed), ``parent``, ``lineage``, the
     declared lineage the lookup stays inside (None outside one), ``loop``: the request carries tools, and
-    ``client``: the request, canonical, when the lookup needed it (the session's pipeline goes on from it)."""
+    ``client``: the request, canonical, when the lookup needed it (the session's pipeline goes on from it), and
+    ``cache``: the block cache that built it."""
 
     sid: str | None
     explicit: bool
@@ -76,6 +71,7 @@ class _Who:
     lineage: str | None = None
     loop: bool = False
     client: CanonicalRequest | None = None
+    cache: BlockCache | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,16 +139,16 @@ class Sessions(Manager):
             return _Who(bounded(identity.session), True, NO_CHECKPOINTS, identity.parent)
         if identity.declared and identity.declared_lineage:
             lineage = bounded(identity.declared)
-            client = self._canonicalizer.canonical(api, body, raw)
-            cps = checkpoints_from(client, scope=lineage)
-            return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")), client)
+            client, cache = self._canonicalizer.canonical(api, body, raw)
+            cps = _checkpoints(client, scope=lineage)
+            return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")), client, cache)
         if identity.declared:
             return _Who(bounded(identity.declared), True, NO_CHECKPOINTS, identity.parent or identity.declared_parent)
         if identity.cache_key:
             return _Who(bounded(identity.cache_key), True, NO_CHECKPOINTS, identity.parent)
         if identity.infer:
-            client = self._canonicalizer.canonical(api, body, raw)
-            return _Who(None, False, checkpoints_from(client), identity.parent, client=client)
+            client, cache = self._canonicalizer.canonical(api, body, raw)
+            return _Who(None, False, _checkpoints(client), identity.parent, client=client, cache=cache)
         return _Who(new_session_id(), True, NO_CHECKPOINTS, identity.parent)
 
     def _found(self, who: _Who, found: str | None, live: bool) -> tuple[str, str | None]:
@@ -251,6 +247,8 @@ class Sessions(Manager):
             sess.target = self._resolve(api, req.target)
         lineage = self._lineages.get(sess.lineage)
         pipe = sess.pipeline
+        if who.cache is not None and pipe.sent is None and self._canonicalizer.adopt(api, who.cache):
+            pipe.cache = who.cache  # a new conversation's first request: the cache that built it is its own
         # A subagent's first request: its siblings' shared prefix is where it diverges from the latest sibling's.
         first_of_subagent = lineage is not None and sess.parent is not None and pipe.sent is None
         sibling = lineage.sibling if first_of_subagent and lineage is not None else None
@@ -265,6 +263,8 @@ class Sessions(Manager):
             sibling=sibling,
             spawns=spawns,
         )
+        if who.cache is not None:
+            Canonicalizer.note(api, body, req.raw, pipe.cache)
         if sess.parent is not None and pipe.sent is None:
             # Learned when prepared, not committed: siblings launched together are prepared before any answers.
             with self._lock:
