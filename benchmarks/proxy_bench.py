@@ -381,7 +381,8 @@ def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, f
         from agentcache.proxy._caller import checkpoints_of  # type: ignore[no-redef]
 
     try:  # canonicalized once, before the session lookup, which reads its checkpoints off the canonical request
-        from agentcache.session._identity import Canonicalizer, checkpoints_from
+        from agentcache.session._identity import checkpoints_from
+        from agentcache.session._lookup import Canonicalizer
     except ImportError:  # a checkout that hashed the wire body for the lookup and canonicalized in prepare
         Canonicalizer = None  # type: ignore[assignment,misc]
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import agentcache.adapters as adapters_module
-import agentcache.session._identity as identity_module
+import agentcache.session._lookup as lookup_module
 import agentcache.session._pipeline as pipeline_module
 from agentcache.model._canonical import CanonicalRequest
 from agentcache.model._fields import PrefixIdentity
@@ -53,7 +53,7 @@ def test_the_index_keys_a_turn_on_the_chain_of_the_request_its_report_names(monk
         built.append(canonicalize(api, body, *args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(identity_module, "canonicalize", counting)
+    monkeypatch.setattr(lookup_module, "canonicalize", counting)
     monkeypatch.setattr(pipeline_module, "canonicalize", counting)
     sessions = Sessions(provider="anthropic")
     history = _conversation(6)

@@ -5,9 +5,10 @@ session of a request that names none.
 ``x-agentcache-parent``, a :class:`~agentcache.Session` object, a recorded session name) > what the client
 itself declares (:mod:`agentcache.session._clients`) > the OpenAI ``prompt_cache_key`` > inference > a new id.
 
-**Inference.** A request is canonicalized once, before its session is looked up (:class:`Canonicalizer`), and its
-:class:`Checkpoints` are read off that canonical request (:func:`checkpoints_from`): the hash chain
-(``h_k = H(h_{k-1} || d_k)``) over the digests of its conversation messages, one hash per message boundary,
+**Inference.** A request is canonicalized once, before its session is looked up
+(:class:`~agentcache.session._lookup.Canonicalizer`), and its :class:`Checkpoints` are read off that canonical
+request (:func:`checkpoints_from`): the hash chain (``h_k = H(h_{k-1} || d_k)``) over the digests of its
+conversation messages, one hash per message boundary,
 where ``d_k`` comes from the message's canonical blocks (the bytes and digests ``CanonicalRequest.chain`` hashes,
 markers stripped), and the digest of its *prefix* (its tools and system blocks). A message the API reads as a
 string (a string, or one text part: :class:`~agentcache.model._equivalence.TextShape`, the table the repairs read)
@@ -43,7 +44,6 @@ chain (``scope``), so inference inside it never reaches another lineage.
 from __future__ import annotations
 
 import secrets
-import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -59,9 +59,9 @@ from ..model._rawjson import RawBody, encode_sorted, parse
 __all__ = [
     "LOCAL_TENANT",
     "NO_CHECKPOINTS",
-    "Canonicalizer",
     "Checkpoints",
     "Identity",
+    "carries_last",
     "checkpoints_from",
     "checkpoints_of",
     "conversation_of",
@@ -150,73 +150,6 @@ def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
     Anthropic ``messages``; Chat ``messages`` and Responses ``input`` without system/developer messages). Raises
     InputError when the body has none, ConfigError for an unknown ``api``."""
     return wire_for(api).conversation(body)
-
-
-class Canonicalizer:
-    """Canonicalizes the requests whose session is still to be found, once, before the lookup (the session's
-    pipeline then goes on from that request), with the block cache of the conversation the request most likely
-    continues, so unchanged messages re-use their blocks as in the session's own pass: the cache that built a
-    conversation's last request is noted on its last messages (:meth:`note`, a weak reference among the facts of
-    the parsed message, which the parse memo carries into the conversation's next turn). A request that carries
-    none is built with a spare cache, which the new session it opens then adopts (:meth:`adopt`). Not thread-safe:
-    the manager calls it under its lock, or from one event loop."""
-
-    __slots__ = ("_spare",)
-
-    def __init__(self) -> None:
-        self._spare: dict[str, BlockCache] = {}
-
-    def canonical(self, api: str, body: dict[str, Any], raw: RawBody | None) -> tuple[CanonicalRequest, BlockCache]:
-        """``(request, the cache that built it)``: ``body`` of wire ``api`` canonical; ``raw``: its source texts.
-        Raises InputError for a malformed body."""
-        cache = _noted(api, body, raw)
-        if cache is None:
-            cache = self._spare.get(api)
-            if cache is None:
-                cache = self._spare[api] = BlockCache()
-        cache.begin(raw)
-        return canonicalize(api, body, cache=cache), cache
-
-    def adopt(self, api: str, cache: BlockCache) -> bool:
-        """True when ``cache`` is this canonicalizer's spare for ``api``, which a new session now owns (the next
-        request that carries no note gets a new one)."""
-        if self._spare.get(api) is not cache:
-            return False
-        del self._spare[api]
-        return True
-
-    @staticmethod
-    def note(api: str, body: dict[str, Any], raw: RawBody | None, cache: BlockCache) -> None:
-        """Note ``cache`` (the session's, which built ``body``) on the last :data:`_NOTED` conversation items of
-        ``body``: the next turn of the conversation carries them."""
-        items = body.get(wire_for(api).items_field) if raw is not None else None
-        if raw is None or not isinstance(items, list):
-            return
-        ref = weakref.ref(cache)
-        for item in items[-_NOTED:]:
-            facts = raw.facts(item)
-            if facts is not None:
-                facts[_NOTE + api] = ref
-
-
-#: A conversation's cache is noted on its last three items: a client may rewrite the last one or two (markers).
-_NOTED = 3
-_NOTE = "block cache:"
-
-
-def _noted(api: str, body: dict[str, Any], raw: RawBody | None) -> BlockCache | None:
-    """The block cache noted on the deepest of ``body``'s last few conversation items that carries one (see
-    :class:`Canonicalizer`), if it is still alive."""
-    items = body.get(wire_for(api).items_field) if raw is not None else None
-    if raw is None or not isinstance(items, list):
-        return None
-    for item in reversed(items[-2 * _NOTED - 2 :]):
-        facts = raw.facts(item)
-        ref = facts.get(_NOTE + api) if facts is not None else None
-        if ref is not None:
-            cache: BlockCache | None = ref()
-            return cache
-    return None
 
 
 # (chain before, the digests of a message's blocks) → (chain after, the message's mark): a message's link depends
@@ -334,6 +267,17 @@ def _envelope(env: bytes) -> tuple[str | None, str]:
             _ENVELOPES.clear()
         _ENVELOPES[env] = hit
     return hit
+
+
+def carries_last(checkpoints: Checkpoints, last: CanonicalRequest | None) -> bool:
+    """True when a request with ``checkpoints`` carries the final conversation item of ``last`` (a session's last
+    request) before its own last item: it goes on with that session's history, whatever else its client
+    re-serialized (the test a declared lineage applies to its main session). Marks depend on the item alone."""
+    if last is None or not checkpoints.marks:
+        return False
+    walk = next((w for w in _WALKS if w.req is last), None)
+    marks = walk.marks if walk is not None else checkpoints_from(last).marks
+    return bool(marks) and marks[-1] in checkpoints.marks[:-1]
 
 
 def _message_digests(api: str, blocks: tuple[Block, ...]) -> tuple[bytes, bytes]:

@@ -6,9 +6,10 @@ One set of rules, identical in ``wrap()``, the proxy, ``audit`` and ``replay``:
   declaration > ``prompt_cache_key`` > the prefix index > a new id), within its tenant. A declared lineage
   (:mod:`agentcache.session._clients`: one id for a client's main conversation and its side requests) is
   searched on its own index chain; a conversation that continues none of its sessions is the lineage's main
-  session (the lineage's id) when it is an agent loop (it carries tools) and the lineage has no live main one,
-  else a side session ``<lineage>/<id>`` (a title or summary request, a second conversation) whose parent is
-  the main one;
+  session (the lineage's id) when it is an agent loop (it carries tools) and the lineage has no live main one, or
+  it carries the main one's history (its last request's final item, however the rest was re-serialized: Claude
+  Code 2.1.332 resuming a session 2.1.197 started); else a side session ``<lineage>/<id>`` (a title or summary
+  request, a second conversation) whose parent is the main one;
 * **target**: decided at a session's first request (:func:`agentcache.targets.resolve_target`) and kept;
 * **close**: a closed session accepts no late response; a request that comes for its id later starts the next
   generation (``open``, reason ``resumed`` after an idle close or an eviction, ``restart`` after an explicit
@@ -43,9 +44,11 @@ from ..model._types import Api
 from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
 from ._drive import StoreOp, arun, run
-from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Canonicalizer, Checkpoints, Identity, new_session_id
+from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Checkpoints, Identity, carries_last
 from ._identity import checkpoints_from as _checkpoints
+from ._identity import new_session_id as _new_id
 from ._lifecycle import annotate
+from ._lookup import Canonicalizer
 from ._manager import DEFAULT_IDLE_TIMEOUT, SIBLING_BLOCKS, Lineage, Manager, SessionClosedError
 from ._session import UNSET, Session
 from ._store import MemoryStore, StoreUnavailable
@@ -149,18 +152,19 @@ class Sessions(Manager):
         if identity.infer:
             client, cache = self._canonicalizer.canonical(api, body, raw)
             return _Who(None, False, _checkpoints(client), identity.parent, client=client, cache=cache)
-        return _Who(new_session_id(), True, NO_CHECKPOINTS, identity.parent)
+        return _Who(_new_id(), True, NO_CHECKPOINTS, identity.parent)
 
-    def _found(self, who: _Who, found: str | None, live: bool) -> tuple[str, str | None]:
-        """``(session id, parent)`` once the prefix index answered ``found`` (see the module docstring; ``live``:
-        the lineage's main session is live)."""
+    def _found(self, who: _Who, found: str | None, main: Session | None) -> tuple[str, str | None]:
+        """``(session id, parent)`` once the prefix index answered ``found`` (see the module docstring; ``main``:
+        the lineage's live main session)."""
         if found is not None:
             return found, who.parent
         if who.lineage is None:
-            return new_session_id(), who.parent
-        if not live and who.loop:
+            return _new_id(), who.parent
+        sent = main.pipeline.state.sent if main is not None else None  # its client's last request, below
+        if who.loop and (main is None or carries_last(who.checkpoints, sent.client if sent is not None else None)):
             return who.lineage, who.parent
-        return bounded(f"{who.lineage}/{new_session_id()}"), who.lineage
+        return bounded(f"{who.lineage}/{_new_id()}"), who.lineage
 
     def begin(
         self,
@@ -226,8 +230,7 @@ class Sessions(Manager):
         if sid is None:
             found = yield StoreOp("find", self.store.find, (tenant, who.checkpoints))
             # A replica knows the lineage's main session when it holds a copy (else it opens it: fail soft).
-            live = who.lineage is not None and self.store.get(tenant, who.lineage) is not None
-            sid, parent = self._found(who, found, live)
+            sid, parent = self._found(who, found, self.store.get(tenant, who.lineage) if who.lineage else None)
         create = self._factory(self.provider, self.model, who.explicit)
         opened = yield StoreOp("open", self.store.open, (tenant, sid),
                                 {"parent": parent, "explicit": who.explicit, "now": now, "create": create,
