@@ -152,12 +152,6 @@ def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
     return wire_for(api).conversation(body)
 
 
-# (chain before, the digests of a message's blocks) → (chain after, the message's mark): a message's link depends
-# on what precedes it and its blocks alone, so an unchanged history costs one lookup per message. Bounded.
-_LINKS: dict[tuple[bytes, tuple[bytes, ...]], tuple[bytes, bytes]] = {}
-_LINKS_MAX = 1 << 16
-
-
 def checkpoints_of(
     api: str, body: dict[str, Any], raw: RawBody | None = None, *, scope: str | None = None
 ) -> Checkpoints:
@@ -170,12 +164,15 @@ def checkpoints_of(
 
 @dataclass(frozen=True, slots=True)
 class _Walk:
-    """One :func:`checkpoints_from` walk, for the next request of the conversation: ``req`` walked under
-    ``scope``; ``links``/``marks`` its checkpoints' chain and marks; ``count[j]``: its conversation messages
+    """One :func:`checkpoints_from` walk, for the next request of the conversation: the ``api``, block ``digests``
+    and message starts (``starts``) of the request walked under ``scope`` (not the request: a walk holds no unit's
+    bytes); ``links``/``marks`` its checkpoints' chain and marks; ``count[j]``: its conversation messages
     among its first ``j`` messages; ``system``: ``(message index, its blocks' digests)`` of its system-section
     messages (OpenAI)."""
 
-    req: CanonicalRequest
+    api: str
+    digests: tuple[bytes, ...]
+    starts: tuple[int, ...]
     scope: str | None
     links: tuple[bytes, ...]
     marks: tuple[bytes, ...]
@@ -194,17 +191,16 @@ def _resume(req: CanonicalRequest, scope: str | None) -> tuple[int, _Walk | None
     message boundaries), and how many."""
     best, found = 0, None
     for walk in _WALKS:
-        ref = walk.req
-        if walk.scope != scope or ref.api != req.api:
+        if walk.scope != scope or walk.api != req.api:
             continue
-        shared = shared_run(req.digests, ref.digests)
-        bounds = shared_run(req.msg_start, ref.msg_start)
-        m = bisect_right(ref.msg_start, shared, 1, bounds) - 1 if bounds > 1 else 0  # message j ends at start j+1
-        if shared == len(ref.digests) == len(req.digests) and bounds == len(ref.msg_start) == len(req.msg_start):
-            m = len(ref.msg_start)  # the same request again: every message, the last one included
+        shared = shared_run(req.digests, walk.digests)
+        bounds = shared_run(req.msg_start, walk.starts)
+        m = bisect_right(walk.starts, shared, 1, bounds) - 1 if bounds > 1 else 0  # message j ends at start j+1
+        if shared == len(walk.digests) == len(req.digests) and bounds == len(walk.starts) == len(req.msg_start):
+            m = len(walk.starts)  # the same request again: every message, the last one included
         if m > best:
             best, found = m, walk
-            if m >= len(ref.msg_start) - 1:  # all of it but its last message: the conversation's previous turn
+            if m >= len(walk.starts) - 1:  # all of it but its last message: the conversation's previous turn
                 break
     return best, found
 
@@ -231,22 +227,16 @@ def checkpoints_from(req: CanonicalRequest, *, scope: str | None = None) -> Chec
             system.append((k, b"".join(ds[lo:hi])))
             count.append(count[-1])
             continue
-        key = (link, ds[lo:hi])
-        hit = _LINKS.get(key)
-        if hit is None:
-            d, mark = _message_digests(req.api, blocks[lo:hi])
-            hit = (blake2b(link + d, digest_size=16).digest(), mark)
-            if len(_LINKS) >= _LINKS_MAX:
-                _LINKS.clear()
-            _LINKS[key] = hit
-        link = hit[0]
+        d, mark = _message_digests(req.api, blocks[lo:hi])
+        link = blake2b(link + d, digest_size=16).digest()
         out.append(link)
-        marks.append(hit[1])
+        marks.append(mark)
         count.append(count[-1] + 1)
     head = b"".join([b.digest for b in req.head if not b.is_option])
     prefix = blake2b(head + b"".join([part[1] for part in system]), digest_size=16).digest()
     cps = Checkpoints(tuple(out), prefix, tuple(marks))
-    _WALKS[:] = [_Walk(req, scope, cps.chain, cps.marks, tuple(count), tuple(system)), *_WALKS[: _WALKS_KEPT - 1]]
+    walk = _Walk(req.api, req.digests, req.msg_start, scope, cps.chain, cps.marks, tuple(count), tuple(system))
+    _WALKS[:] = [walk, *_WALKS[: _WALKS_KEPT - 1]]
     return cps
 
 
@@ -263,7 +253,7 @@ def _envelope(env: bytes) -> tuple[str | None, str]:
         if isinstance(value, dict) and isinstance(role := value.get("role"), str):
             rest = {k: v for k, v in value.items() if k != "role" and (k, v) != ("type", "message")}
             hit = role, f"\x00{encode_sorted(rest)}" if rest else ""
-        if len(_ENVELOPES) >= 4096:
+        if len(_ENVELOPES) >= 1024:
             _ENVELOPES.clear()
         _ENVELOPES[env] = hit
     return hit
@@ -275,7 +265,7 @@ def carries_last(checkpoints: Checkpoints, last: CanonicalRequest | None) -> boo
     re-serialized (the test a declared lineage applies to its main session). Marks depend on the item alone."""
     if last is None or not checkpoints.marks:
         return False
-    walk = next((w for w in _WALKS if w.req is last), None)
+    walk = next((w for w in _WALKS if w.digests == last.digests and w.starts == last.msg_start), None)
     marks = walk.marks if walk is not None else checkpoints_from(last).marks
     return bool(marks) and marks[-1] in checkpoints.marks[:-1]
 
