@@ -369,7 +369,8 @@ def proxy_behind(script: str, max_state_mb: int) -> Iterator[tuple[int, int]]:
 def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, float]]:
     """In-process cost (ms) of the proxy's per-request steps before the upstream call, on the same bodies:
     parse with source texts (as the proxy does: guided by its memo of recent bodies, where the checkout has one),
-    session-inference checkpoints, the pipeline's ``prepare``, the spliced upstream body,
+    session-inference checkpoints (with the canonicalization they are read off, where the checkout does that before
+    the lookup), the pipeline's ``prepare``, the spliced upstream body,
     ``commit``. Medians and means over every turn of ``sessions`` conversations (the first 10 warm up). Runs on
     this checkout's agentcache, or on an older one (``--baseline``: the same steps under their former names)."""
     try:
@@ -388,16 +389,32 @@ def breakdown(convs: Conversations, sessions: int = 60) -> dict[str, dict[str, f
         from agentcache._rawjson import dumps_spliced, loads  # type: ignore[no-redef]
         from agentcache.proxy._caller import checkpoints_of  # type: ignore[no-redef]
 
+    try:  # canonicalized once, before the session lookup, which reads its checkpoints off the canonical request
+        from agentcache.session._identity import checkpoints_from
+        from agentcache.session._lookup import Canonicalizer
+    except ImportError:  # a checkout that hashed the wire body for the lookup and canonicalized in prepare
+        Canonicalizer = None  # type: ignore[assignment,misc]
+
     steps: dict[str, list[float]] = {k: [] for k in ("parse", "checkpoints", "prepare", "body", "commit", "total")}
     for n in range(sessions):
         pipe = SessionPipeline("anthropic")
+        canon = Canonicalizer() if Canonicalizer is not None else None  # cold, as the session's own block cache
         for raw in convs.session(0):
             t0 = time.perf_counter()
             body, texts = loads(raw)
             t1 = time.perf_counter()
-            checkpoints_of("anthropic.messages", body, texts)
-            t2 = time.perf_counter()
-            prepared = pipe.prepare("anthropic.messages", body, now=time.time(), raw=texts)
+            if canon is not None:
+                client, cache = canon.canonical("anthropic.messages", body, texts)
+                checkpoints_from(client)
+                t2 = time.perf_counter()
+                if pipe.sent is None and canon.adopt("anthropic.messages", cache):
+                    pipe.cache = cache
+                prepared = pipe.prepare("anthropic.messages", body, now=time.time(), raw=texts, client=client)
+                canon.note("anthropic.messages", body, texts, pipe.cache)
+            else:
+                checkpoints_of("anthropic.messages", body, texts)
+                t2 = time.perf_counter()
+                prepared = pipe.prepare("anthropic.messages", body, now=time.time(), raw=texts)
             t3 = time.perf_counter()
             dumps_spliced(prepared.body, texts)
             t4 = time.perf_counter()

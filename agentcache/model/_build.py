@@ -27,8 +27,19 @@ class BlockCache:
     Bounded: entries no request among the last ``keep`` used are dropped (each :meth:`tick` is one request)."""
 
     __slots__ = (
-        "_age", "_by_id", "_checked", "_entries", "_keep", "_raw", "generation", "hits", "last", "misses", "runs",
-    )  # fmt: skip
+        "__weakref__",
+        "_age",
+        "_by_id",
+        "_checked",
+        "_entries",
+        "_keep",
+        "_raw",
+        "generation",
+        "hits",
+        "last",
+        "misses",
+        "runs",
+    )  # fmt: skip  (weakly referenced: session inference finds a conversation's cache from its parsed messages)
 
     def __init__(self, keep: int = 4):
         self._entries: dict[tuple[str | int, str], tuple[Block, ...]] = {}

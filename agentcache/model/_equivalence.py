@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import math
 import re
 from collections import OrderedDict
@@ -39,6 +40,7 @@ __all__ = [
     "equivalences_at",
     "message_value",
     "normalize",
+    "plain_text",
     "text_part",
     "value_digest",
 ]
@@ -64,6 +66,22 @@ class TextShape:
         if not isinstance(unit, str):
             return unit, env
         return {"type": self.part_for(env.get("role") if isinstance(env, dict) else None), "text": unit}, env
+
+    def text_in(self, data: str, role: Any) -> str | None:
+        """The string a unit whose canonical bytes are ``data`` (compact JSON, its marker stripped) stands for under
+        this rule, the inverse of :meth:`apply`: a string itself, or the text of a part ``{"type": part, "text":
+        s}`` with no other key (in either key order); None for anything else. Read off the bytes (a JSON string
+        scanned in C), not parsed: session inference reads it for every new message."""
+        if data[:1] == '"':
+            text, end = _scanstring(data, 1)
+            return text if end == len(data) else None
+        part = self.part_for(role)
+        for head, tail in ((f'{{"type":"{part}","text":', "}"), ('{"text":', f',"type":"{part}"}}')):
+            if data.startswith(head) and data.endswith(tail) and data[len(head) : len(head) + 1] == '"':
+                text, end = _scanstring(data, len(head) + 1)
+                if end == len(data) - len(tail):
+                    return str(text)
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +124,7 @@ def _tagged(value: Any, field: tuple[str, ...]) -> Any:
 
 
 Rule = TextShape | JsonText
+_scanstring: Any = json.decoder.scanstring  # type: ignore[attr-defined]
 
 _ANTHROPIC_CONTENT = (
     "platform.claude.com/docs/en/api/messages (messages[].content: a string is shorthand for one text content "
@@ -163,6 +182,22 @@ def text_part(api: str, path: str, role: str | None) -> str | None:
         rule = EQUIVALENCES[api][i]
         if isinstance(rule, TextShape):
             return rule.part_for(role)
+    return None
+
+
+def plain_text(api: str, block: Block, role: Any) -> str | None:
+    """The text of ``block`` (one content unit of a message of ``role`` in wire ``api``, its marker stripped) when
+    the API reads it as a string: a string, or the one text part :class:`TextShape` defines at its position; None
+    for any other block. Session inference hashes such a message by its text, so both spellings are one
+    conversation item (:mod:`agentcache.session._identity`)."""
+    if block.kind != "text":
+        return None
+    data = block.data.decode()
+    where = block.path if data[:1] == '"' else block.path.rpartition("[")[0]  # a part: its content list
+    for i in equivalences_at(api, where):
+        rule = EQUIVALENCES[api][i]
+        if isinstance(rule, TextShape):
+            return rule.text_in(data, role)
     return None
 
 

@@ -5,16 +5,19 @@ session of a request that names none.
 ``x-agentcache-parent``, a :class:`~agentcache.Session` object, a recorded session name) > what the client
 itself declares (:mod:`agentcache.session._clients`) > the OpenAI ``prompt_cache_key`` > inference > a new id.
 
-**Inference.** A request's :class:`Checkpoints` are the hash chain (``h_k = H(h_{k-1} || d_k)``) over the digests
-of its conversation items (compact JSON, cache markers stripped), one hash per message boundary, and the digest of
-its *prefix* (tools and system). A message whose content is a string or a list of one text block is hashed by its
-role, its text and its other keys, so both forms of it are one item (the ``messages.shape`` repair's rule), whatever
-else the message carries (Claude Code 2.1.332 puts ``output_config`` on its ``role: "system"`` message and sends
-that message as a marked one-block list first, a string afterwards). An item's digest and chain link depend on its
-text and what precedes it alone, so they are computed once and follow the item into later turns' parses
-(:meth:`~agentcache.model._rawjson.RawBody.facts`). The chain leaves tools, system and options out, so a reordered
-tool list, a changed date in the system prompt or a model switch still finds its session and is diagnosed as a
-break.
+**Inference.** A request is canonicalized once, before its session is looked up
+(:class:`~agentcache.session._lookup.Canonicalizer`), and its :class:`Checkpoints` are read off that canonical
+request (:func:`checkpoints_from`): the hash chain (``h_k = H(h_{k-1} || d_k)``) over the digests of its
+conversation messages, one hash per message boundary,
+where ``d_k`` comes from the message's canonical blocks (the bytes and digests ``CanonicalRequest.chain`` hashes,
+markers stripped), and the digest of its *prefix* (its tools and system blocks). A message the API reads as a
+string (a string, or one text part: :class:`~agentcache.model._equivalence.TextShape`, the table the repairs read)
+is hashed by its role, its text and its other keys, so both forms of it are one item (the ``messages.shape``
+repair's rule), whatever else the message carries (Claude Code 2.1.332 puts ``output_config`` on its
+``role: "system"`` message and sends that message as a marked one-block list first, a string afterwards). A
+message's link depends on what precedes it and its blocks alone, so it is computed once and found again by its
+block digests in later turns. The chain leaves tools, system and options out, so a reordered tool list, a changed
+date in the system prompt or a model switch still finds its session and is diagnosed as a break.
 
 A request joins a session only when it continues that session's last request; anything else is a new session.
 It **continues** a session when
@@ -41,20 +44,25 @@ chain (``scope``), so inference inside it never reaches another lineage.
 from __future__ import annotations
 
 import secrets
+from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
 
-from ..adapters import wire_for
-from ..model._canonical import MARKER_KEYS, item_text
-from ..model._rawjson import RawBody, encode_sorted
+from ..adapters import canonicalize, wire_for
+from ..model._build import BlockCache, shared_run
+from ..model._canonical import Block, CanonicalRequest
+from ..model._equivalence import plain_text
+from ..model._rawjson import RawBody, encode_sorted, parse
 
 __all__ = [
     "LOCAL_TENANT",
     "NO_CHECKPOINTS",
     "Checkpoints",
     "Identity",
+    "carries_last",
+    "checkpoints_from",
     "checkpoints_of",
     "conversation_of",
     "index_entries",
@@ -64,9 +72,6 @@ __all__ = [
 
 #: The tenant of sessions that no API key namespaces (the SDK wrappers, audits, replays, anonymous callers).
 LOCAL_TENANT = "anonymous"
-_TEXT_TYPES = frozenset({"text", "input_text"})
-# A marker on the one block of a content list sits where both APIs define one (model/_canonical.MARKERS).
-_TEXT_KEYS = frozenset({"type", "text", *MARKER_KEYS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,90 +152,145 @@ def conversation_of(api: str, body: Mapping[str, Any]) -> list[Any]:
     return wire_for(api).conversation(body)
 
 
-def _plain(item: Any) -> tuple[str, str, str] | None:
-    """``(role, text, the message's other keys as sorted JSON)`` for a message whose content is a string or a list
-    of one text block (the same message to a reader, and to :mod:`agentcache.analysis._repair`; a marker on that
-    block aside); None for any other item. A Responses ``"type": "message"`` is no other key (an item without a
-    type is a message)."""
-    if not isinstance(item, dict):
-        return None
-    role, content = item.get("role"), item.get("content")
-    if not isinstance(role, str):
-        return None
-    if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict):
-        block = content[0]
-        content = block.get("text")
-        if block.get("type") not in _TEXT_TYPES or not block.keys() <= _TEXT_KEYS:
-            return None
-    if not isinstance(content, str):
-        return None
-    rest = {k: v for k, v in item.items() if k not in ("role", "content") and (k, v) != ("type", "message")}
-    return role, content, encode_sorted(rest) if rest else ""
-
-
-def _item_digests(api: str, item: Any, raw: RawBody | None) -> tuple[bytes, bytes]:
-    """``(digest, mark)`` of one conversation item: of ``"\\x01<role>\\x00<text>[\\x00<other keys>]"`` when it is a
-    role and a text (either form; the leading ``\\x01`` cannot begin a JSON text, so no other item's hash input
-    equals it), else of its source text (or encoding) with markers cut out. The mark is the digest of its text's
-    first paragraph, surrounding whitespace stripped (a resumed chat may come back with whitespace rewritten and
-    without what was appended to the prompt: aider in Anthropic mode appends its rules to the prompt it sends and
-    restores the prompt alone); for any other item, the digest."""
-    plain = _plain(item)
-    if plain is None:
-        data = item_text(api, item, raw.text_of(item) if raw is not None else None).encode()
-        d = blake2b(data, digest_size=16).digest()
-        return d, d
-    role, text, rest = plain
-    tail = f"\x00{rest}" if rest else ""  # a message of role and content alone hashes as it always did
-    d = blake2b(f"\x01{role}\x00{text}{tail}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
-    first = text.strip().split("\n\n", 1)[0].rstrip()
-    if first == text:
-        return d, d
-    mark = f"\x01{role}\x00{first}{tail}".encode("utf-8", "surrogatepass")
-    return d, blake2b(mark, digest_size=16).digest()
-
-
 def checkpoints_of(
-    api: str, body: Mapping[str, Any], raw: RawBody | None = None, *, scope: str | None = None
+    api: str, body: dict[str, Any], raw: RawBody | None = None, *, scope: str | None = None
 ) -> Checkpoints:
-    """The prefix-index keys of a request (see the module docstring): the hash chain over its conversation
-    (markers stripped), seeded with the wire API (a session never spans two APIs) and ``scope`` (a declared
-    lineage: its sessions are indexed apart), and the digest of its tools and system. ``raw``: the body's source
-    texts (:func:`agentcache.model._rawjson.loads`); an item is then hashed as the client wrote it, markers cut
-    out, instead of encoded again (a client writes an unchanged item the same way every turn). Raises InputError
-    when the body has no conversation list."""
-    wire = wire_for(api)
-    out: list[bytes] = []
-    marks: list[bytes] = []
-    cur = blake2b(api.encode() + (b"\x00" + scope.encode() if scope is not None else b""), digest_size=16).digest()
-    fact, unit_fact = "checkpoint:" + api, "prefix:" + api  # a conversation item's facts; a prefix unit's
-    for item in wire.conversation(body):
-        # (item digest, its mark, chain before, chain after): an item re-used from the last turn's parse, after
-        # the same chain, extends it the same way (the usual turn hashes only its new items).
-        facts = raw.facts(item) if raw is not None else None
-        hit = facts.get(fact) if facts is not None else None
-        if hit is not None and hit[2] == cur:
-            cur = hit[3]
-        else:
-            d, mark = hit[:2] if hit is not None else _item_digests(api, item, raw)
-            nxt = blake2b(cur + d, digest_size=16).digest()
-            hit = (d, mark, cur, nxt)
-            if facts is not None:
-                facts[fact] = hit
-            cur = nxt
-        out.append(cur)
-        marks.append(hit[1])
-    p = blake2b(digest_size=16)
-    for unit in wire.prefix_units(body):
-        facts = raw.facts(unit) if raw is not None and unit is not None else None
-        d = facts.get(unit_fact) if facts is not None else None
-        if d is None:
-            text = raw.text_of(unit) if raw is not None and unit is not None else None
-            d = blake2b(item_text(api, unit, text).encode(), digest_size=16).digest()
-            if facts is not None:
-                facts[unit_fact] = d
-        p.update(d)
-    return Checkpoints(tuple(out), p.digest(), tuple(marks))
+    """The prefix-index keys of wire ``body`` (:func:`checkpoints_from` of its canonical request; ``raw``: its
+    source texts). Raises InputError for a malformed body."""
+    cache = BlockCache()
+    cache.begin(raw)
+    return checkpoints_from(canonicalize(api, body, cache=cache), scope=scope)
+
+
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """One :func:`checkpoints_from` walk, for the next request of the conversation: the ``api``, block ``digests``
+    and message starts (``starts``) of the request walked under ``scope`` (not the request: a walk holds no unit's
+    bytes); ``links``/``marks`` its checkpoints' chain and marks; ``count[j]``: its conversation messages
+    among its first ``j`` messages; ``system``: ``(message index, its blocks' digests)`` of its system-section
+    messages (OpenAI)."""
+
+    api: str
+    digests: tuple[bytes, ...]
+    starts: tuple[int, ...]
+    scope: str | None
+    links: tuple[bytes, ...]
+    marks: tuple[bytes, ...]
+    count: tuple[int, ...]
+    system: tuple[tuple[int, bytes], ...]
+
+
+# The latest walks, newest first: a request re-uses the links of the one it shares the most leading messages with
+# (its conversation's previous turn), so a turn walks its new messages only.
+_WALKS: list[_Walk] = []
+_WALKS_KEPT = 8
+
+
+def _resume(req: CanonicalRequest, scope: str | None) -> tuple[int, _Walk | None]:
+    """``(m, walk)``: the recent walk sharing the most leading whole messages with ``req`` (same blocks, same
+    message boundaries), and how many."""
+    best, found = 0, None
+    for walk in _WALKS:
+        if walk.scope != scope or walk.api != req.api:
+            continue
+        shared = shared_run(req.digests, walk.digests)
+        bounds = shared_run(req.msg_start, walk.starts)
+        m = bisect_right(walk.starts, shared, 1, bounds) - 1 if bounds > 1 else 0  # message j ends at start j+1
+        if shared == len(walk.digests) == len(req.digests) and bounds == len(walk.starts) == len(req.msg_start):
+            m = len(walk.starts)  # the same request again: every message, the last one included
+        if m > best:
+            best, found = m, walk
+            if m >= len(walk.starts) - 1:  # all of it but its last message: the conversation's previous turn
+                break
+    return best, found
+
+
+def checkpoints_from(req: CanonicalRequest, *, scope: str | None = None) -> Checkpoints:
+    """The prefix-index keys of canonical request ``req`` (see the module docstring), from the same blocks and
+    block digests as ``req.chain``: the hash chain over its conversation messages (the messages outside the
+    system section), seeded with the wire API (a session never spans two APIs) and ``scope`` (a declared lineage:
+    its sessions are indexed apart); and the digest of its tools and system blocks (options left out)."""
+    m, walk = _resume(req, scope)
+    if walk is not None:
+        c = walk.count[m]
+        out, marks, count = list(walk.links[:c]), list(walk.marks[:c]), list(walk.count[: m + 1])
+        system = [part for part in walk.system if part[0] < m]
+    else:
+        out, marks, count, system = [], [], [0], []
+    seed = req.api.encode() + (b"\x00" + scope.encode() if scope is not None else b"")
+    link = out[-1] if out else blake2b(seed, digest_size=16).digest()
+    blocks, ds, starts = req.blocks, req.digests, req.msg_start
+    n, end = len(starts), len(blocks)
+    for k in range(m, n):
+        lo, hi = starts[k], starts[k + 1] if k + 1 < n else end
+        if blocks[lo].section != "message":  # a system/developer message (OpenAI): part of the prefix
+            system.append((k, b"".join(ds[lo:hi])))
+            count.append(count[-1])
+            continue
+        d, mark = _message_digests(req.api, blocks[lo:hi])
+        link = blake2b(link + d, digest_size=16).digest()
+        out.append(link)
+        marks.append(mark)
+        count.append(count[-1] + 1)
+    head = b"".join([b.digest for b in req.head if not b.is_option])
+    prefix = blake2b(head + b"".join([part[1] for part in system]), digest_size=16).digest()
+    cps = Checkpoints(tuple(out), prefix, tuple(marks))
+    walk = _Walk(req.api, req.digests, req.msg_start, scope, cps.chain, cps.marks, tuple(count), tuple(system))
+    _WALKS[:] = [walk, *_WALKS[: _WALKS_KEPT - 1]]
+    return cps
+
+
+_ENVELOPES: dict[bytes, tuple[str | None, str]] = {}  # a message envelope's bytes → _envelope (envelopes repeat)
+
+
+def _envelope(env: bytes) -> tuple[str | None, str]:
+    """``(role, tail)`` of a message envelope: its role (None: none, or not a string) and its other keys as
+    ``"\x00<sorted JSON>"`` (``""`` when none; a Responses ``"type": "message"`` is no other key)."""
+    hit = _ENVELOPES.get(env)
+    if hit is None:
+        value = parse(env) if env else None
+        hit = None, ""
+        if isinstance(value, dict) and isinstance(role := value.get("role"), str):
+            rest = {k: v for k, v in value.items() if k != "role" and (k, v) != ("type", "message")}
+            hit = role, f"\x00{encode_sorted(rest)}" if rest else ""
+        if len(_ENVELOPES) >= 1024:
+            _ENVELOPES.clear()
+        _ENVELOPES[env] = hit
+    return hit
+
+
+def carries_last(checkpoints: Checkpoints, last: CanonicalRequest | None) -> bool:
+    """True when a request with ``checkpoints`` carries the final conversation item of ``last`` (a session's last
+    request) before its own last item: it goes on with that session's history, whatever else its client
+    re-serialized (the test a declared lineage applies to its main session). Marks depend on the item alone."""
+    if last is None or not checkpoints.marks:
+        return False
+    walk = next((w for w in _WALKS if w.digests == last.digests and w.starts == last.msg_start), None)
+    marks = walk.marks if walk is not None else checkpoints_from(last).marks
+    return bool(marks) and marks[-1] in checkpoints.marks[:-1]
+
+
+def _message_digests(api: str, blocks: tuple[Block, ...]) -> tuple[bytes, bytes]:
+    """``(digest, mark)`` of one conversation message from its canonical blocks (markers stripped). A message of
+    one block the API reads as a string (:func:`~agentcache.model._equivalence.plain_text`: a string, or one text
+    part) is hashed as ``"\x01<role>\x00<text>[\x00<other keys>]"``, its other keys as sorted JSON (a Responses
+    ``"type": "message"`` is no other key), so both spellings are one item (the ``messages.shape`` repair's
+    rule); the mark is then the digest of its text's first paragraph, surrounding whitespace stripped (a resumed
+    chat may come back with whitespace rewritten and without what was appended to the prompt: aider in Anthropic
+    mode appends its rules to the prompt it sends and restores the prompt alone). Any other message is hashed by
+    its blocks' digests, and is its own mark."""
+    if len(blocks) == 1 and blocks[0].kind == "text":
+        role, tail = _envelope(blocks[0].env)
+        text = plain_text(api, blocks[0], role) if role is not None else None
+        if text is not None:
+            d = blake2b(f"\x01{role}\x00{text}{tail}".encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            first = text.strip().split("\n\n", 1)[0].rstrip()
+            if first == text:
+                return d, d
+            mark = f"\x01{role}\x00{first}{tail}".encode("utf-8", "surrogatepass")
+            return d, blake2b(mark, digest_size=16).digest()
+    d = blake2b(b"\x04" + b"".join(b.digest for b in blocks), digest_size=16).digest()
+    return d, d
 
 
 def index_entries(checkpoints: Checkpoints, opening: int) -> list[tuple[bytes, bool]]:

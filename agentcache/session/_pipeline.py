@@ -109,7 +109,8 @@ def learn(old: Learned, prev: CanonicalRequest, new: CanonicalRequest, div: Dive
 @dataclass(slots=True)
 class _Pass:
     """One :meth:`SessionPipeline.prepare` pass, filled in step by step: the inputs (``st``: the session's state,
-    ``last``: what it sent last), then each step's results (set by the step that computes them)."""
+    ``last``: what it sent last, ``given``: the client's request canonicalized already), then each step's
+    results (set by the step that computes them)."""
 
     api: Api
     body: dict[str, Any]
@@ -119,6 +120,7 @@ class _Pass:
     routing_key: str | None
     sibling: tuple[bytes, ...] | None
     spawns: tuple[float, ...]
+    given: CanonicalRequest | None
     client: CanonicalRequest = field(init=False)
     div: Divergence | None = field(init=False)
     work: CanonicalRequest = field(init=False)
@@ -184,19 +186,21 @@ class SessionPipeline:
         *,
         now: float | None = None,
         raw: RawBody | None = None,
+        client: CanonicalRequest | None = None,
         routing_key: str | None = None,
         sibling: tuple[bytes, ...] | None = None,
         spawns: tuple[float, ...] = (),
     ) -> Prepared:
         """Plan the request sent at ``now`` (seconds; None when unknown). ``raw``: the source texts of ``body``
         when it was parsed by :func:`agentcache.model.loads` (its unchanged units are then keyed by their text).
+        ``client``: ``body`` canonicalized already (the session lookup canonicalizes before it; None: here).
         ``routing_key``: the key the session's lineage already carries. ``sibling``: for a subagent's first
         request, the prefix chain of its latest sibling's first request (where the two diverge inside the
         messages, the planner may mark the end of their shared part: :func:`sibling_depth`); ``spawns``: the times
         of the lineage's earlier subagents' first requests (the TTL policy's gaps for a subagent's first request).
         Pure; raises InputError for a malformed body (the caller then sends the original request unchanged)."""
         self.cache.begin(raw)
-        p = _Pass(Api(api), body, now, self.state, self.state.sent, routing_key, sibling, spawns)
+        p = _Pass(Api(api), body, now, self.state, self.state.sent, routing_key, sibling, spawns, client)
         for step in (self._canonicalize, self._move_volatile, self._repair, self._plan, self._apply):
             step(p)
         return Prepared(
@@ -210,7 +214,12 @@ class SessionPipeline:
 
     def _canonicalize(self, p: _Pass) -> None:
         """The client's request, canonical, and how it diverges from the client's previous one."""
-        p.client = p.work = canonicalize(p.api, p.body, cache=self.cache)
+        if p.given is not None:
+            p.client = p.work = p.given
+            if not self.cache.last or self.cache.last[0] is not p.given:  # built with another cache: a reference
+                self.cache.remember(p.given)
+        else:
+            p.client = p.work = canonicalize(p.api, p.body, cache=self.cache)
         last = p.last
         p.div = diagnose(last.client, p.client) if last is not None and last.client is not None else None
 

@@ -6,9 +6,10 @@ One set of rules, identical in ``wrap()``, the proxy, ``audit`` and ``replay``:
   declaration > ``prompt_cache_key`` > the prefix index > a new id), within its tenant. A declared lineage
   (:mod:`agentcache.session._clients`: one id for a client's main conversation and its side requests) is
   searched on its own index chain; a conversation that continues none of its sessions is the lineage's main
-  session (the lineage's id) when it is an agent loop (it carries tools) and the lineage has no live main one,
-  else a side session ``<lineage>/<id>`` (a title or summary request, a second conversation) whose parent is
-  the main one;
+  session (the lineage's id) when it is an agent loop (it carries tools) and the lineage has no live main one, or
+  it carries the main one's history (its last request's final item, however the rest was re-serialized: Claude
+  Code 2.1.332 resuming a session 2.1.197 started); else a side session ``<lineage>/<id>`` (a title or summary
+  request, a second conversation) whose parent is the main one;
 * **target**: decided at a session's first request (:func:`agentcache.targets.resolve_target`) and kept;
 * **close**: a closed session accepts no late response; a request that comes for its id later starts the next
   generation (``open``, reason ``resumed`` after an idle close or an eviction, ``restart`` after an explicit
@@ -27,6 +28,7 @@ sink, outside the lock. Usage totals per session and per lineage are this proces
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass, replace
@@ -34,14 +36,19 @@ from typing import Any
 
 from .._log import get_logger
 from ..model._bounded import bounded
+from ..model._build import BlockCache
+from ..model._canonical import CanonicalRequest
 from ..model._fields import LifecycleEvent, TurnReport
 from ..model._rawjson import RawBody
 from ..model._types import Api
 from ..model._usage import CacheUsage
 from ..targets import Target, resolve_target, target_named
 from ._drive import StoreOp, arun, run
-from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Checkpoints, Identity, checkpoints_of, new_session_id
+from ._identity import LOCAL_TENANT, NO_CHECKPOINTS, Checkpoints, Identity, carries_last
+from ._identity import checkpoints_from as _checkpoints
+from ._identity import new_session_id as _new_id
 from ._lifecycle import annotate
+from ._lookup import Canonicalizer
 from ._manager import DEFAULT_IDLE_TIMEOUT, SIBLING_BLOCKS, Lineage, Manager, SessionClosedError
 from ._session import UNSET, Session
 from ._store import MemoryStore, StoreUnavailable
@@ -56,7 +63,9 @@ log = get_logger("agentcache.session")
 class _Who:
     """A request's identity before the store is asked: ``sid`` (None: look it up by ``checkpoints``),
     ``explicit`` (the id came from the request; such sessions are not indexed), ``parent``, ``lineage``, the
-    declared lineage the lookup stays inside (None outside one), and ``loop``: the request carries tools."""
+    declared lineage the lookup stays inside (None outside one), ``loop``: the request carries tools, and
+    ``client``: the request, canonical, when the lookup needed it (the session's pipeline goes on from it), and
+    ``cache``: the block cache that built it."""
 
     sid: str | None
     explicit: bool
@@ -64,6 +73,8 @@ class _Who:
     parent: str | None
     lineage: str | None = None
     loop: bool = False
+    client: CanonicalRequest | None = None
+    cache: BlockCache | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,31 +132,39 @@ class Sessions(Manager):
         parent = bounded(who.parent) if who.parent is not None else None
         return who if parent is who.parent else replace(who, parent=parent)
 
+    @functools.cached_property
+    def _canonicalizer(self) -> Canonicalizer:
+        """Canonicalizes the requests whose session is looked up (once, before the lookup)."""
+        return Canonicalizer()
+
     def _who(self, identity: Identity, api: Api, body: dict[str, Any], raw: RawBody | None) -> _Who:
         if identity.session:
             return _Who(bounded(identity.session), True, NO_CHECKPOINTS, identity.parent)
         if identity.declared and identity.declared_lineage:
             lineage = bounded(identity.declared)
-            cps = checkpoints_of(api, body, raw, scope=lineage)
-            return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")))
+            client, cache = self._canonicalizer.canonical(api, body, raw)
+            cps = _checkpoints(client, scope=lineage)
+            return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")), client, cache)
         if identity.declared:
             return _Who(bounded(identity.declared), True, NO_CHECKPOINTS, identity.parent or identity.declared_parent)
         if identity.cache_key:
             return _Who(bounded(identity.cache_key), True, NO_CHECKPOINTS, identity.parent)
         if identity.infer:
-            return _Who(None, False, checkpoints_of(api, body, raw), identity.parent)
-        return _Who(new_session_id(), True, NO_CHECKPOINTS, identity.parent)
+            client, cache = self._canonicalizer.canonical(api, body, raw)
+            return _Who(None, False, _checkpoints(client), identity.parent, client=client, cache=cache)
+        return _Who(_new_id(), True, NO_CHECKPOINTS, identity.parent)
 
-    def _found(self, who: _Who, found: str | None, live: bool) -> tuple[str, str | None]:
-        """``(session id, parent)`` once the prefix index answered ``found`` (see the module docstring; ``live``:
-        the lineage's main session is live)."""
+    def _found(self, who: _Who, found: str | None, main: Session | None) -> tuple[str, str | None]:
+        """``(session id, parent)`` once the prefix index answered ``found`` (see the module docstring; ``main``:
+        the lineage's live main session)."""
         if found is not None:
             return found, who.parent
         if who.lineage is None:
-            return new_session_id(), who.parent
-        if not live and who.loop:
+            return _new_id(), who.parent
+        sent = main.pipeline.state.sent if main is not None else None  # its client's last request, below
+        if who.loop and (main is None or carries_last(who.checkpoints, sent.client if sent is not None else None)):
             return who.lineage, who.parent
-        return bounded(f"{who.lineage}/{new_session_id()}"), who.lineage
+        return bounded(f"{who.lineage}/{_new_id()}"), who.lineage
 
     def begin(
         self,
@@ -211,37 +230,28 @@ class Sessions(Manager):
         if sid is None:
             found = yield StoreOp("find", self.store.find, (tenant, who.checkpoints))
             # A replica knows the lineage's main session when it holds a copy (else it opens it: fail soft).
-            live = who.lineage is not None and self.store.get(tenant, who.lineage) is not None
-            sid, parent = self._found(who, found, live)
+            sid, parent = self._found(who, found, self.store.get(tenant, who.lineage) if who.lineage else None)
         create = self._factory(self.provider, self.model, who.explicit)
         opened = yield StoreOp("open", self.store.open, (tenant, sid),
                                 {"parent": parent, "explicit": who.explicit, "now": now, "create": create,
                                  "reuse": req.reuse})  # fmt: skip
         sess = self._opened(opened, now, events)
         at = now if req.at is UNSET else req.at
-        return self._prepare(sess, req.api, req.body, at, req.raw, req.base_url, req.target, who.checkpoints, req.size)
+        return self._prepare(sess, req, at, who)
 
     def _resolve(self, api: Api, target: Target | None) -> Target:
         if self.settings.target != "auto":
             return resolve_target(api, setting=self.settings.target, model=self.model)
         return target or self.provider or resolve_target(api, model=self.model)
 
-    def _prepare(
-        self,
-        sess: Session,
-        api: Api,
-        body: dict[str, Any],
-        at: float | None,
-        raw: RawBody | None,
-        base_url: str | None,
-        target: Target | None,
-        checkpoints: Checkpoints,
-        size: int | None,
-    ) -> Turn:
+    def _prepare(self, sess: Session, req: _Begin, at: float | None, who: _Who) -> Turn:
+        api, body = req.api, req.body
         if sess.target is None:
-            sess.target = self._resolve(api, target)
+            sess.target = self._resolve(api, req.target)
         lineage = self._lineages.get(sess.lineage)
         pipe = sess.pipeline
+        if who.cache is not None and pipe.sent is None and self._canonicalizer.adopt(api, who.cache):
+            pipe.cache = who.cache  # a new conversation's first request: the cache that built it is its own
         # A subagent's first request: its siblings' shared prefix is where it diverges from the latest sibling's.
         first_of_subagent = lineage is not None and sess.parent is not None and pipe.sent is None
         sibling = lineage.sibling if first_of_subagent and lineage is not None else None
@@ -250,11 +260,14 @@ class Sessions(Manager):
             api,
             body,
             now=at,
-            raw=raw,
+            raw=req.raw,
+            client=who.client,
             routing_key=lineage.routing_key if lineage is not None else None,
             sibling=sibling,
             spawns=spawns,
         )
+        if who.cache is not None:
+            Canonicalizer.note(api, body, req.raw, pipe.cache)
         if sess.parent is not None and pipe.sent is None:
             # Learned when prepared, not committed: siblings launched together are prepared before any answers.
             with self._lock:
@@ -262,9 +275,9 @@ class Sessions(Manager):
                 self._set_sibling(state, prepared.client.chain[:SIBLING_BLOCKS])
                 if at is not None:
                     state.spawns = (*state.spawns[-31:], at)
-        wire = annotate(prepared.body, sess.signal, base_url, tuple(self.sinks))
+        wire = annotate(prepared.body, sess.signal, req.base_url, tuple(self.sinks))
         self._seq += 1
-        return Turn(sess, self._seq, api, prepared, wire, checkpoints, size)
+        return Turn(sess, self._seq, api, prepared, wire, who.checkpoints, req.size)
 
     # ---- completing turns ------------------------------------------------------------------------
 
