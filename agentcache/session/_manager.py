@@ -10,7 +10,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from .._config import Settings, get_settings
@@ -23,8 +22,10 @@ from ..targets import Target, target_named
 from ._coalesce import Coalescer, Hold, Ticket
 from ._identity import LOCAL_TENANT
 from ._lifecycle import Sink, emit
+from ._lineage import LINEAGE_BYTES, SIBLING_BLOCKS, SIBLING_HASH_BYTES, Lineage
 from ._pipeline import ScopeMemory, SessionPipeline
 from ._session import Session
+from ._sinks import otel_sink
 from ._store import AsyncSessionStore, MemoryStore, Opened, SessionStore, StoreUnavailable, Tombstone
 
 if TYPE_CHECKING:
@@ -43,40 +44,7 @@ class SessionClosedError(ConfigError):
     """A subagent forked from a session that was closed (the caller's mistake)."""
 
 
-@dataclass(slots=True)
-class Lineage:
-    """What a manager keeps per lineage (a root session and its subagents): usage ``totals``, the OpenAI
-    ``routing_key`` its first request got, which every later session of the lineage reuses, so all land where
-    the lineage's prefixes are cached, and its latest subagent's first prefix (``sibling``)."""
-
-    totals: UsageTotals = field(default_factory=UsageTotals)
-    routing_key: str | None = None
-    #: The client's prefix chain (block hashes, at most :data:`SIBLING_BLOCKS`) of the first request the latest
-    #: subagent of the lineage sent: where the next subagent's prompt diverges from it is their shared prefix.
-    sibling: tuple[bytes, ...] | None = None
-    #: When the lineage's latest subagents sent their first requests (seconds, at most 32).
-    spawns: tuple[float, ...] = ()
-
-
-#: Leading blocks of a subagent's first request a lineage remembers (32 bytes each, hashes only).
-SIBLING_BLOCKS = 512
-#: Bytes of one remembered lineage (its entry, Lineage and totals), and of each hash of its sibling chain (a 16-byte
-#: bytes object and its slot): measured with a ``sys.getsizeof`` walk, rounded up.
-LINEAGE_BYTES = 700
-SIBLING_HASH_BYTES = 60
 DEFAULT_MAX_SCOPE_BYTES = 64 * 1024 * 1024
-
-
-def _otel_sink() -> Sink:
-    """The OpenTelemetry sink (setting ``otel``; imported only then); ConfigError with the install hint when the
-    ``otel`` extra is missing."""
-    try:
-        from ._otel import OtelSink
-    except ImportError as exc:
-        from .._install import install_hint
-
-        raise ConfigError(f"the otel setting needs OpenTelemetry ({exc.name}): {install_hint('otel')}") from None
-    return OtelSink()
 
 
 class Manager:
@@ -125,7 +93,7 @@ class Manager:
         #: Registered lifecycle sinks; append or remove at any time.
         self.sinks: list[Sink] = list(sinks)
         if self.settings.otel:
-            self.sinks.append(_otel_sink())
+            self.sinks.append(otel_sink())
         self._lock = threading.RLock()
         self._lineages: OrderedDict[str, Lineage] = OrderedDict()
         self._scopes: OrderedDict[tuple[str, TargetKind], ScopeMemory] = OrderedDict()

@@ -21,7 +21,7 @@ from .._log import get_logger
 from ..model._fields import LifecycleEvent, SessionSignal
 from ._metrics import PrometheusSink
 
-__all__ = ["PrometheusSink", "SGLangSink"]
+__all__ = ["PrometheusSink", "SGLangSink", "otel_sink"]
 
 log = get_logger("agentcache.session")
 
@@ -164,3 +164,13 @@ class SGLangSink:
             self._pool.shutdown(wait=True)
         if self._client is not None:
             self._client.close()
+
+
+def otel_sink() -> Callable[[LifecycleEvent], None]:
+    """The OpenTelemetry sink (setting ``otel``; imported only then); ConfigError with the install hint when the
+    ``otel`` extra is missing."""
+    try:
+        from ._otel import OtelSink
+    except ImportError as exc:
+        raise ConfigError(f"the otel setting needs OpenTelemetry ({exc.name}): {install_hint('otel')}") from None
+    return OtelSink()
