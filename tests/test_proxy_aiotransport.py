@@ -13,7 +13,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,64 +24,9 @@ from agentcache.proxy import ProxyConfig, create_app
 from agentcache.proxy._aiotransport import AiohttpTransport
 from agentcache.proxy._state import ProxyState
 from agentcache.proxy._transport import UpstreamClient
-from tests.test_proxy_support import ANTHROPIC_KEY, ServerThread, anthropic_body, conversation, settings
+from tests.test_proxy_support import ANTHROPIC_KEY, RawUpstream, ServerThread, anthropic_body, conversation, settings
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 A = {"x-api-key": ANTHROPIC_KEY, "anthropic-version": "2023-06-01"}
-
-
-class Raw:
-    """A raw asyncio HTTP server in a thread; each connection runs ``handler``. ``heads`` keeps every request head
-    read by :func:`read_request`."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.handler = handler
-        self.heads: list[bytes] = []
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-
-        async def start() -> None:
-            self.server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
-            self.port = self.server.sockets[0].getsockname()[1]
-            self._ready.set()
-
-        self.loop.run_until_complete(start())
-        self.loop.run_forever()
-
-    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            await self.handler(reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Raw:
-        self.thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        async def stop() -> None:
-            self.server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 async def read_request(reader: asyncio.StreamReader, heads: list[bytes] | None = None) -> tuple[bytes, bytes]:
@@ -130,7 +75,7 @@ def test_a_stream_is_relayed_chunk_by_chunk_before_the_upstream_sends_the_next()
             writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(last), last if ok else b"late"))
             await writer.drain()
 
-    with Raw(handler) as up, proxy_to(up.url) as (url, _state):
+    with RawUpstream(handler) as up, proxy_to(up.url) as (url, _state):
         body = anthropic_body(conversation(1), stream=True)
         with (
             httpx.Client(base_url=url, timeout=20) as client,
@@ -158,7 +103,11 @@ def test_upstream_error_and_gzip_body_reach_the_client_byte_for_byte_with_only_t
             else:
                 not_found(writer)
 
-    with Raw(handler) as up, proxy_to(up.url) as (url, _state), httpx.Client(base_url=url, timeout=20) as client:
+    with (
+        RawUpstream(handler) as up,
+        proxy_to(up.url) as (url, _state),
+        httpx.Client(base_url=url, timeout=20) as client,
+    ):
         r = client.post("/v1/messages", json=anthropic_body(conversation(1)), headers=A)
         assert r.status_code == 429 and r.content == error and r.headers["retry-after"] == "7"
         assert "x-agentcache-error" not in r.headers
@@ -198,7 +147,7 @@ def test_a_silent_upstream_is_a_504_read_timeout() -> None:
                 continue
             await asyncio.sleep(30)
 
-    with Raw(handler) as up, proxy_to(up.url, read_timeout=0.3) as (url, _state):
+    with RawUpstream(handler) as up, proxy_to(up.url, read_timeout=0.3) as (url, _state):
         with httpx.Client(base_url=url, timeout=20) as client:
             r = client.post("/v1/messages", json=anthropic_body(conversation(1)), headers=A)
         assert r.status_code == 504 and "read timeout" in r.json()["error"]["message"]
@@ -239,7 +188,7 @@ def test_pooled_connection_found_closed_before_writing_is_resent_on_a_new_one() 
         finally:
             await client.aclose()
 
-    with Raw(handler) as up:
+    with RawUpstream(handler) as up:
         asyncio.run(scenario(up.url))
 
 
@@ -271,7 +220,7 @@ def test_request_read_then_dropped_is_never_resent(method: str) -> None:
         finally:
             await client.aclose()
 
-    with Raw(handler) as up:
+    with RawUpstream(handler) as up:
         asyncio.run(scenario(up.url))
     assert len(reads) == 1 and reads[0].startswith(method.encode())
 
@@ -298,7 +247,7 @@ def test_pool_timeout_when_every_connection_is_busy_and_write_timeout_when_the_u
         finally:
             await client.aclose()
 
-    with Raw(handler) as up:
+    with RawUpstream(handler) as up:
         asyncio.run(scenario(up.url))
 
 
@@ -316,7 +265,7 @@ def test_a_relayed_chunked_body_over_the_limit_is_a_413_and_an_env_proxy_is_used
     def chunks(n: int) -> Iterator[bytes]:
         yield from (b"x" * 500 for _ in range(n))
 
-    with Raw(handler) as up, pytest.MonkeyPatch.context() as mp:
+    with RawUpstream(handler) as up, pytest.MonkeyPatch.context() as mp:
         mp.setenv("HTTP_PROXY", up.url)  # the fake upstream plays the proxy: absolute-form request lines
         mp.delenv("NO_PROXY", raising=False)
         mp.delenv("no_proxy", raising=False)

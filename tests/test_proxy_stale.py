@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -25,14 +23,14 @@ from agentcache.proxy import ProxyConfig, create_app
 from agentcache.proxy._aiotransport import AiohttpTransport
 from agentcache.proxy._state import ProxyState
 from agentcache.proxy._transport import ShardedTransport
-from tests.test_proxy_support import ServerThread, chat_chunks, chat_completion, settings, sse_bytes
+from tests.test_proxy_support import RawUpstream, ServerThread, chat_chunks, chat_completion, settings, sse_bytes
 
 USAGE = {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14}
 PLAIN = json.dumps(chat_completion(USAGE)).encode()
 STREAM = sse_bytes(chat_chunks(USAGE), done=True)
 
 
-class Upstream:
+class Upstream(RawUpstream):
     """The fake upstream in its own thread. ``close_after_stream``: seconds after a streamed response's final
     chunk at which the connection is closed (None: kept alive). ``drop``: ``(connection's request number)`` on
     which the request is read in full and the connection closed without a response. ``calls`` counts the
@@ -43,86 +41,45 @@ class Upstream:
         self.drop = drop
         self.calls: Counter[str] = Counter()
         self.connections = 0
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__(self._serve)
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-
-        async def start() -> None:
-            self.server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
-            self.port = self.server.sockets[0].getsockname()[1]
-            self._ready.set()
-
-        self.loop.run_until_complete(start())
-        self.loop.run_forever()
-
-    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         n = 0
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                if not head.startswith(b"POST "):  # the proxy's engine probe at start-up
-                    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-                    continue
-                lines = (h.partition(b":") for h in head.split(b"\r\n"))
-                length = next(int(v) for k, _, v in lines if k.lower() == b"content-length")
-                body = json.loads(await reader.readexactly(length))
-                if not head.startswith(b"POST /v1/"):  # the live report's engine arm (/apply-template): not served
-                    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-                    continue
-                n += 1
-                self.connections += n == 1  # connections that carried a request
-                if n == self.drop:
-                    self.calls["dropped"] += 1
-                    return  # read it, answer nothing: the upstream may have acted on it
-                if body.get("stream"):
-                    self.calls["stream"] += 1
-                    writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-                    )
-                    for chunk in STREAM:
-                        writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    writer.write(b"0\r\n\r\n")
-                    await writer.drain()
-                    if self.close_after_stream is not None:
-                        await asyncio.sleep(self.close_after_stream)
-                        return
-                else:
-                    self.calls["plain"] += 1
-                    writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                        % (len(PLAIN), PLAIN)
-                    )
-                    await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Upstream:
-        self.thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        async def stop() -> None:
-            self.server.close()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"POST "):  # the proxy's engine probe at start-up
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                continue
+            lines = (h.partition(b":") for h in head.split(b"\r\n"))
+            length = next(int(v) for k, _, v in lines if k.lower() == b"content-length")
+            body = json.loads(await reader.readexactly(length))
+            if not head.startswith(b"POST /v1/"):  # the live report's engine arm (/apply-template): not served
+                writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                continue
+            n += 1
+            self.connections += n == 1  # connections that carried a request
+            if n == self.drop:
+                self.calls["dropped"] += 1
+                return  # read it, answer nothing: the upstream may have acted on it
+            if body.get("stream"):
+                self.calls["stream"] += 1
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                )
+                for chunk in STREAM:
+                    writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+                if self.close_after_stream is not None:
+                    await asyncio.sleep(self.close_after_stream)
+                    return
+            else:
+                self.calls["plain"] += 1
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+                    % (len(PLAIN), PLAIN)
+                )
+                await writer.drain()
 
 
 def body(i: int, stream: bool) -> dict[str, Any]:

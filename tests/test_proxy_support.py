@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from starlette.applications import Starlette
@@ -407,3 +409,62 @@ def test_usage_tap_parses_only_lines_that_can_carry_usage(monkeypatch: Any) -> N
     tap.feed(b"".join(sse_bytes(anthropic_events({"input_tokens": 5, "cache_read_input_tokens": 20}))))
     assert [p["type"] for p in parsed] == ["message_start", "message_delta"]
     assert tap.ended and (got := tap.result()) is not None and (got.cache_read_tokens, got.output_tokens) == (20, 3)
+
+
+#: A raw upstream's connection handler.
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+class RawUpstream:
+    """A raw asyncio HTTP server in a thread; each connection runs ``handler``. ``heads`` keeps every request head
+    read by ``tests.test_proxy_aiotransport.read_request``. Connections set TCP_NODELAY (no delayed-ACK stalls); a
+    client that goes away ends its connection quietly."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.heads: list[bytes] = []
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def start() -> None:
+            self.server = await asyncio.start_server(self._conn, "127.0.0.1", 0)
+            self.port = self.server.sockets[0].getsockname()[1]
+            self._ready.set()
+
+        self.loop.run_until_complete(start())
+        self.loop.run_forever()
+
+    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            await self.handler(reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def stop() -> None:
+            self.server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
