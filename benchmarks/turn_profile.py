@@ -42,10 +42,12 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the reference classifier in tests/
 from proxy_bench import _CHUNKS, Conversations
 
 from agentcache._log_output import configure_logging
 from agentcache.proxy import ProxyConfig, create_app
+from tests.test_diagnose_reference import reference as _classify_messages_before
 
 _OPENAI_CHUNKS = [
     b'data: {"id":"c1","object":"chat.completion.chunk","model":"gpt-4o","choices":[{"index":0,"delta":'
@@ -130,50 +132,6 @@ def _quiet_log() -> Iterator[None]:
     with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):
         configure_logging("console", "info")
         yield
-
-
-def _classify_messages_before(prev: Any, new: Any, pb: Any, nb: Any) -> str:
-    """Before: main's ``_diagnose._classify_messages`` (every message's meaning by a walk over all blocks, each
-    alignment tried in turn)."""
-    from agentcache.model import _causes as C
-    from agentcache.model._canonical import MEDIA_TYPES, message_indices
-    from agentcache.model._equivalence import message_value
-
-    if nb is None:
-        return C.MESSAGES_REMOVED
-    mi = pb.message if pb.message is not None else nb.message
-    old = [m for m in message_indices(prev) if m >= mi]
-    cur = [m for m in message_indices(new) if m >= mi]
-    p = [message_value(prev, m) for m in old]
-    q = [message_value(new, m) for m in cur]
-    if not q:
-        return C.MESSAGES_REMOVED
-    if p and p[0] == q[0]:
-        flip = pb.path.endswith(".content") != nb.path.endswith(".content")
-        return C.MESSAGES_SHAPE if flip else C.MESSAGES_SERIALIZATION
-    if pb.kind in MEDIA_TYPES or nb.kind in MEDIA_TYPES:
-        return C.MESSAGES_MEDIA_CHANGED
-    if len(p) > 1 and _aligned_before(p, 1, q, 1):
-        return C.MESSAGES_EDITED
-    for k in range(1, len(q)):
-        if _aligned_before(p, 0, q, k):
-            return C.MESSAGES_INSERTED
-    for k in range(1, len(p)):
-        if _aligned_before(p, k, q, 0):
-            return C.MESSAGES_REMOVED
-    for r in (1, 2):
-        for m in range(r + 1, len(p)):
-            if r < len(q) and _aligned_before(p, m, q, r):
-                return C.MESSAGES_COMPACTED
-    first_msg = min((b.message for b in prev.blocks if b.section == "message" and b.message is not None), default=mi)
-    if mi == first_msg and len(p) > len(q) + 1:
-        return C.MESSAGES_COMPACTED
-    return C.MESSAGES_EDITED
-
-
-def _aligned_before(p: list[bytes], i: int, q: list[bytes], j: int) -> bool:
-    span = min(len(p) - i, len(q) - j)
-    return span > 0 and all(p[i + t] == q[j + t] for t in range(span))
 
 
 def _whole_snapshot(doc: dict[str, Any]) -> bytes:

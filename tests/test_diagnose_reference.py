@@ -17,7 +17,9 @@ from agentcache.model._canonical import MEDIA_TYPES, Block, CanonicalRequest, me
 from agentcache.model._equivalence import message_value
 
 
-def _reference(prev: CanonicalRequest, new: CanonicalRequest, pb: Block, nb: Block | None) -> str:
+def reference(prev: CanonicalRequest, new: CanonicalRequest, pb: Block, nb: Block | None) -> str:
+    """main's ``_diagnose._classify_messages`` before issue 26 (every message's meaning by a walk over all blocks,
+    each alignment tried in turn): the cause the faster one must name, and benchmarks/turn_profile.py's "before"."""
     if nb is None:
         return C.MESSAGES_REMOVED
     mi = pb.message if pb.message is not None else nb.message
@@ -89,7 +91,7 @@ def test_classify_messages_names_the_reference_cause(api: str, monkeypatch: pyte
         new = canonicalize(api, {**body, "messages": _edited(rng, msgs)})
         ours = _diagnose.diagnose(prev, new)
         with monkeypatch.context() as m:
-            m.setattr(_diagnose, "_classify_messages", _reference)
+            m.setattr(_diagnose, "_classify_messages", reference)
             theirs = _diagnose.diagnose(prev, new)
         assert ours == theirs
         causes.add(str(ours.cause))
