@@ -111,11 +111,12 @@ def load_all(
     for read in inputs.files:
         if read.usage_records and not read.records:
             bodiless.setdefault(read.format or "agent", []).append(read.path)
+    done = _past(command)
     for log_format, files in bodiless.items():
         where = str(files[0]) if len(files) == 1 else f"{len(files):,} files ({files[0]}, …)"
         errors.add(
-            f"{where}: {log_format} logs keep no request bodies, so they cannot be {_past(command)}; "
-            "`agentcache audit` reads them, and `agentcache proxy --record DIR` records bodies that can be"
+            f"{where}: {log_format} logs keep no request bodies, so they cannot be {done}; `agentcache audit` reads "
+            f"them, and `agentcache proxy --record DIR` records bodies that can be {done}"
         )
     return inputs.records
 

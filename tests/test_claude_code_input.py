@@ -248,4 +248,4 @@ def test_plan_and_replay_name_bodiless_logs_once_per_format(tmp_path: Path, comm
     assert done.exit_code == 2, done.stderr
     assert len(errors) == 1, done.stderr
     assert "3 files (" in errors[0] and f"cannot be {verb}" in errors[0] and "claude-code logs" in errors[0]
-    assert "agentcache audit" in errors[0]
+    assert "agentcache audit" in errors[0] and errors[0].endswith(f"records bodies that can be {verb}")

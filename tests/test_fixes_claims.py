@@ -56,8 +56,8 @@ def test_why_a_client_key_remains() -> None:
     fix = fixes_for(report)["cache_key.changed"]
     assert fix == (
         "one prompt_cache_key per session lineage (agentcache's requests still lose it here: 2 requests, each a "
-        "session's first, 7,740 tokens, at prompt_cache_key: the client sets its own prompt_cache_key, and agentcache "
-        "keeps a client's key)"
+        "session's first, 7,740 tokens, at prompt_cache_key; because the client sets its own prompt_cache_key, and "
+        "agentcache keeps a client's key)"
     )
     assert (
         fixes_for(AuditReport("openai", "gpt-5", {}, [], [], misses[::2]))["cache_key.changed"]

@@ -54,8 +54,10 @@ async def _live(reported: bool) -> None:
         if not reported:  # nothing reported: no 0.0% hit rate and $0.0000 that read as real
             assert "<dt>hit rate (reported)</dt><dd>—</dd>" in html and "<dt>spent (reported)</dt><dd>—</dd>" in html
             assert "0.0%" not in html.split('id="session-tree"')[1].split("</table>")[0]
+            assert "3 of 3 requests: no reported figures" in html and "cover the other" not in html
         else:
             assert "<dt>hit rate (reported)</dt><dd>68.3%</dd>" in html  # 2,048 of 3,000: only the reported one
+            assert "2 of 3 requests: spent and hit rate cover the other 1" in html
         metrics = (await client.get("/metrics")).text
         assert f'agentcache_usage_unreported_total{{provider="openai"}} {missing}.0' in metrics
 

@@ -49,8 +49,8 @@ def render_report(report: AuditReport, console: Console, max_breaks: int = 20, t
     if (missing := unreported(report.totals, sum(s.requests for s in report.sessions))) is not None:
         n, of = missing
         console.print(
-            f"[yellow]usage not reported by the upstream for {n:,} of {of:,} requests[/yellow]: the reported arm's "
-            f"hit rate and USD cover the other {of - n:,}"
+            f"[yellow]usage not reported by the upstream for {n:,} of {of:,} requests[/yellow]: "
+            + (f"the reported arm's hit rate and USD cover the other {of - n:,}" if n < of else "no reported figures")
         )
     _render_breaks(report.breaks, console, max_breaks)
     _render_misses(report.misses, console, bool(report.breaks))

@@ -94,7 +94,7 @@ def fixes_for(report: AuditReport) -> dict[str, str]:
         at = f", at {where[0][0]}" if where else ""
         n, tokens = len(items), sum(t for t, _, _ in items)
         first = (", a" if n == 1 else ", each a") + " session's first" if all(r == 0 for _, _, r in items) else ""
-        why = f": {_WHY_REMAINS[cause]}" if cause in _WHY_REMAINS else ""
+        why = f"; because {_WHY_REMAINS[cause]}" if cause in _WHY_REMAINS else ""
         remains = f"{n:,} request{'s' if n != 1 else ''}{first}, {tokens:,} tokens{at}"
         out[cause] = FIXES[cause][: claim.start()] + f" (agentcache's requests still lose it here: {remains}{why})"
     return out
