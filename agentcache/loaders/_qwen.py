@@ -173,7 +173,7 @@ class _Chat:
                 events=events,
                 source=str(self.path),
                 index=i,
-                write_unknown=api == "anthropic.messages",  # Anthropic's write is not kept (module docstring)
+                write_unknown=api == _APIS["anthropic"],  # Anthropic's write is not kept (module docstring)
             )
         )
 
