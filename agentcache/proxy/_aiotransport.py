@@ -44,7 +44,7 @@ from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict
 from yarl import URL
 
-from ._transport import Watch
+from ._transport import Watch, parsed_url
 
 __all__ = ["AiohttpTransport"]
 
@@ -116,6 +116,10 @@ class _Body(httpx.AsyncByteStream):
             transport.release_slot()
 
 
+def _as_sent(url: str) -> URL:
+    return URL(url, encoded=True)  # no re-quoting of the raw path
+
+
 def _chunked(response: aiohttp.ClientResponse) -> bool:
     return "chunked" in response.headers.get("transfer-encoding", "").lower()
 
@@ -185,14 +189,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             self._timeouts[key] = timeout
         return timeout, t.get("pool"), t.get("write")
 
-    def _url(self, url: str) -> URL:
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= 1024:
-                self._urls.clear()
-            parsed = self._urls[url] = URL(url, encoded=True)  # as sent: no re-quoting of the raw path
-        return parsed
-
     async def _acquire(self, pool: float | None) -> None:
         if self._slots is not None and self._slots.locked():
             try:
@@ -229,7 +225,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 try:
                     response = await session.request(
                         request.method,
-                        self._url(str(request.url)),
+                        parsed_url(self._urls, str(request.url), _as_sent),
                         headers=headers,
                         data=_body(request, clock, failures),
                         proxy=self._proxy,

@@ -19,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .._config import build, invalid, read_toml
 from .._exceptions import ConfigError
+from .._install import install_hint
 from ..model._types import parse_engine
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "UPSTREAMS", "ProxyConfig", "is_loopback", "load_proxy_config"]
@@ -181,7 +182,7 @@ class ProxyConfig(BaseSettings):
     @classmethod
     def _check_upstream_client(cls, value: str) -> str:
         if value == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
-            raise ValueError("aiohttp is not installed (pip install 'agentcache[proxy]'), or choose httpx or auto")
+            raise ValueError(f"aiohttp is not installed ({install_hint('proxy')}), or choose httpx or auto")
         return value
 
     @field_validator("workers")

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
 import httpcore
@@ -51,7 +51,15 @@ import httpx
 
 from ..model._types import Engine
 
-__all__ = ["CLOSES_AFTER_STREAM", "ClosesAfterStream", "ShardedTransport", "UpstreamClient", "Watch", "env_proxy"]
+__all__ = [
+    "CLOSES_AFTER_STREAM",
+    "ClosesAfterStream",
+    "ShardedTransport",
+    "UpstreamClient",
+    "Watch",
+    "env_proxy",
+    "parsed_url",
+]
 
 #: Engines whose HTTP server closes a keep-alive connection after every streamed (chunked) response (see the
 #: module docstring for the source).
@@ -76,8 +84,21 @@ def env_proxy(url: str) -> str | None:
     return proxies.get(parts.scheme) or proxies.get("all")
 
 
+T = TypeVar("T")
+
 #: Parsed upstream URLs kept (the parse is ~30 µs of a request).
 _URL_MEMO = 1024
+
+
+def parsed_url(memo: dict[str, T], url: str, parse: Callable[[str], T]) -> T:
+    """``parse(url)``, once per distinct ``url`` in ``memo`` (a proxy sends to few); ``memo`` starts over past
+    :data:`_URL_MEMO` entries (query strings may make URLs many)."""
+    parsed = memo.get(url)
+    if parsed is None:
+        if len(memo) >= _URL_MEMO:
+            memo.clear()
+        parsed = memo[url] = parse(url)
+    return parsed
 
 
 class UpstreamClient:
@@ -99,13 +120,13 @@ class UpstreamClient:
         json: Any = None,
     ) -> httpx.Request:
         """A request carrying exactly ``headers`` (plus ``Host`` and the body's length, which httpx sets)."""
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= _URL_MEMO:  # query strings may make URLs many: start over
-                self._urls.clear()
-            parsed = self._urls[url] = httpx.URL(url)
         return httpx.Request(
-            method, parsed, headers=list(headers), content=content, json=json, extensions=self._extensions
+            method,
+            parsed_url(self._urls, url, httpx.URL),
+            headers=list(headers),
+            content=content,
+            json=json,
+            extensions=self._extensions,
         )
 
     async def send(self, request: httpx.Request) -> httpx.Response:

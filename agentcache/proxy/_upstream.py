@@ -19,13 +19,10 @@ __all__ = ["client_name", "make_transport"]
 
 
 def client_name(config: ProxyConfig) -> str:
-    """``aiohttp`` or ``httpx``: the client ``config.upstream_client`` selects. Raises RuntimeError when aiohttp is
-    asked for and not installed."""
-    installed = importlib.util.find_spec("aiohttp") is not None
-    if config.upstream_client == "aiohttp" and not installed:
-        raise RuntimeError("upstream_client is aiohttp, which is not installed (pip install 'agentcache[proxy]')")
+    """``aiohttp`` or ``httpx``: the client ``config.upstream_client`` selects (``aiohttp`` asked for and not
+    installed is refused when the config is made: ``ProxyConfig``'s check)."""
     if config.upstream_client == "auto":
-        return "aiohttp" if installed else "httpx"
+        return "aiohttp" if importlib.util.find_spec("aiohttp") is not None else "httpx"
     return config.upstream_client
 
 
