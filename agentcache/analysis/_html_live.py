@@ -27,7 +27,7 @@ from ._groups import TTLGroup, group_ttl
 from ._html_charts import arm_colors, token_chart, turn_chart, turn_columns
 from ._html_env import template
 from ._html_logs_tree import TreeRow, build_tree
-from ._inferred import read_instead
+from ._inferred import usd_beyond_reading
 from ._report import ArmMetrics, AuditReport, ModelRecord, SessionReport, TurnRecord, unreported
 from ._report_logs import fixes_for
 
@@ -119,9 +119,7 @@ def usd_lost(turn: TurnRecord | None, tokens: int) -> float:
         return 0.0
     live = turn.prepared
     provider, model = getattr(live, "provider", None), getattr(live, "model", None)
-    usage = _to_usage(turn.arms[SENT])
-    paid, read = cost_usd(usage, provider, model), cost_usd(read_instead(usage, tokens), provider, model)
-    return max(0.0, paid - read) if paid is not None and read is not None else 0.0
+    return usd_beyond_reading(_to_usage(turn.arms[SENT]), tokens, lambda u: cost_usd(u, provider, model)) or 0.0
 
 
 def _causes(report: AuditReport, turns: dict[tuple[str, int], TurnRecord]) -> list[CauseRow]:

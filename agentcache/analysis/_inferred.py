@@ -60,6 +60,7 @@ __all__ = [
     "infer_losses",
     "provider_loss",
     "read_instead",
+    "usd_beyond_reading",
 ]
 
 #: Losses smaller than this many tokens are not misses (one OpenAI minimum prompt; the smallest Anthropic minimum
@@ -230,8 +231,7 @@ def provider_loss(
     lost = could - usage.cache_read_tokens
     if lost < MIN_LOSS:
         return None
-    paid, instead = price(usage), price(read_instead(usage, lost))
-    usd = max(0.0, paid - instead) if paid is not None and instead is not None else 0.0
+    usd = usd_beyond_reading(usage, lost, price) or 0.0
     diagnosis = usage.diagnosis
     named = cause_of(diagnosis) if diagnosis is not None else None
     if named is not None and diagnosis is not None:
@@ -244,6 +244,14 @@ def provider_loss(
         f"{could:,}: the upstream dropped the entry early (evicted, another replica or a shorter TTL)"
     )
     return MissRecord(session, request, "reported", UNEXPLAINED, lost, False, where, True, usd, detail)
+
+
+def usd_beyond_reading(usage: CacheUsage, lost: int, price: Callable[[CacheUsage], float | None]) -> float | None:
+    """What ``lost`` tokens of ``usage`` cost beyond reading them from the cache, USD (at least 0):
+    ``price(usage)`` less ``price`` of the same usage with them read (:func:`read_instead`); None when ``price``
+    knows no price."""
+    paid, instead = price(usage), price(read_instead(usage, lost))
+    return max(0.0, paid - instead) if paid is not None and instead is not None else None
 
 
 def read_instead(usage: CacheUsage, lost: int) -> CacheUsage:

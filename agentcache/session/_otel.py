@@ -40,7 +40,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .._log import get_logger
-from ..analysis._inferred import read_instead
+from ..analysis._inferred import usd_beyond_reading
 from ..model._fields import LifecycleEvent, SessionSignal, TurnReport
 from ..model._types import Api
 from ..targets import cost_usd
@@ -176,7 +176,7 @@ def turn_attributes(report: TurnReport) -> dict[str, Any]:
         if u.output_tokens is not None:
             out["gen_ai.usage.output_tokens"] = u.output_tokens
         lost = min(b.tokens_lost, u.cache_write_tokens + u.uncached_tokens)
-        paid, read = cost_usd(u, provider, report.model), cost_usd(read_instead(u, lost), provider, report.model)
-        if lost > 0 and paid is not None and read is not None:
-            out["agentcache.usd_lost"] = max(0.0, paid - read)
+        usd = usd_beyond_reading(u, lost, lambda v: cost_usd(v, provider, report.model))
+        if lost > 0 and usd is not None:
+            out["agentcache.usd_lost"] = usd
     return out
