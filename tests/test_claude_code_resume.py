@@ -8,14 +8,13 @@ report names (not a side session with a cache miss)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests import needs
-from tests.clients.claude_logs import find
+from tests.clients.claude_logs import find, run_print
 from tests.clients.drivers import ClaudeCode
 from tests.clients.fake_upstream import FakeUpstream, serve
 
@@ -29,15 +28,7 @@ OLD, NEW = "2.1.197", "2.1.332"
 
 
 def _run(binary: str, client: ClaudeCode, env: dict[str, str], *args: str) -> None:
-    proc = subprocess.run(
-        [binary, "-p", *args, "--dangerously-skip-permissions"],
-        cwd=client.work,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = run_print(binary, client, env, *args)
     assert proc.returncode == 0, proc.stderr[-1000:]
 
 

@@ -91,15 +91,7 @@ def generate(binary: str, home: Path, version: str) -> Generated:
                 fake.clock.advance(PAUSE)
                 marks = _sizes(home)
             argv = [a.replace("{session}", out.session) for a in args]
-            proc = subprocess.run(
-                [binary, "-p", *argv, "--dangerously-skip-permissions"],
-                cwd=client.work,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
+            proc = run_print(binary, client, env, *argv)
             out.outputs[name] = (proc.returncode, proc.stdout[-300:] + proc.stderr[-1000:])
             out.runs[name] = [f"msg_{u['id']}" for u in fake.usage_log[before:]]
             if name == "fresh":
@@ -109,6 +101,20 @@ def generate(binary: str, home: Path, version: str) -> Generated:
         out.bodies_sent = [r.body for r in fake.model_requests()]
         out.usage_log = list(fake.usage_log)
     return out
+
+
+def run_print(binary: str, client: ClaudeCode, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Claude Code ``binary`` in print mode (``-p``) with ``args``, in ``client``'s work folder, with ``env``, no
+    stdin and no permission prompts; its output captured (at most 180 s)."""
+    return subprocess.run(
+        [binary, "-p", *args, "--dangerously-skip-permissions"],
+        cwd=client.work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def _sizes(root: Path) -> dict[Path, int]:
