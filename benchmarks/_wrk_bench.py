@@ -29,7 +29,7 @@ local bodies = {}
 local i = 0
 function init(args)
   for line in io.lines("%(file)s") do
-    bodies[#bodies + 1] = line:gsub("%%[stream %%d+ ", "[stream " .. id .. " ", 1)
+    bodies[#bodies + 1] = line:gsub("%%[stream %%d+", "[stream " .. id)
   end
 end
 wrk.method = "POST"

@@ -181,8 +181,9 @@ class Conversations:
             nonlocal i
             role = "user" if len(msgs) % 2 == 0 else "assistant"
             text = pool[i % len(pool)] or "..."
-            if not msgs:
-                text = f"[stream {stream} conversation {self.serial}] {text}"
+            # Every message carries its stream: streams in flight together (connections) are different agents,
+            # and an agent's message that another's history also held would resume that one's session.
+            text = f"[stream {stream} conversation {self.serial}] {text}" if not msgs else f"[stream {stream}] {text}"
             msgs.append({"role": role, "content": [{"type": "text", "text": text}]})
             i += 1
 

@@ -75,14 +75,24 @@ def _openai(body: bytes) -> bytes:
     return json.dumps({**out, "messages": msgs}).encode()
 
 
-def bodies(api: str, size: int, turns: int) -> list[list[bytes]]:
-    """``turns`` request bodies of about ``size`` bytes, as 10-turn conversations."""
+def bodies(api: str, size: int, turns: int, interleave: int = 1) -> list[list[bytes]]:
+    """``turns`` request bodies of about ``size`` bytes, as 10-turn conversations, each of stream (agent) ``k``
+    modulo ``interleave`` (see :func:`_order`)."""
     convs = Conversations(size)
     out: list[list[bytes]] = []
     while sum(map(len, out)) < turns:
-        conv = convs.session(0)
+        conv = convs.session(len(out) % interleave)
         out.append([_openai(b) for b in conv] if api == "openai" else conv)
     return out
+
+
+def _order(convs: list[list[bytes]], interleave: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(conversation, turn, body)`` in the order sent: conversation by conversation, or ``interleave``
+    conversations in flight at once, turn by turn in rotation (as many agents on their own connections)."""
+    for start in range(0, len(convs), interleave):
+        group = list(enumerate(convs[start : start + interleave], start))
+        for t in range(max(len(conv) for _, conv in group)):
+            yield from ((c, t, conv[t]) for c, conv in group if t < len(conv))
 
 
 def _upstream(api: str) -> httpx.MockTransport:
@@ -217,34 +227,31 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
                              redis_prefix=f"bench-{uuid.uuid4().hex[:8]}")  # fmt: skip
         apps.append(create_app(config, transport=_upstream(args.api)))
     variants = _variants()
-    convs = bodies(args.api, args.size, args.turns + 20)
+    convs = bodies(args.api, args.size, args.turns + 20, args.interleave)
     times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": [], "cpu-first": []} for n in names}
     path = ROUTES[args.api]
     async with contextlib.AsyncExitStack() as stack:
         for app in apps:
             await stack.enter_async_context(app.state.proxy.running())
-        k = 0
-        for c, conv in enumerate(convs):
-            for t, body in enumerate(conv):
-                # The second variant of a turn finds the process-wide memos (meanings, token counts) warm: which goes
-                # first alternates turn by turn and, on a conversation's first (divergent) turn, conversation by
-                # conversation, so each goes first on half of every kind of turn.
-                for i in range(len(names)) if (c + t) % 2 == 0 else reversed(range(len(names))):
-                    variants[names[i]]()
-                    if profile is not None and k >= 20:
-                        profile.enable()
-                    t0, c0 = time.perf_counter(), time.thread_time()
-                    status = await _call(apps[i], path, body)
-                    dt, dc = time.perf_counter() - t0, time.thread_time() - c0
-                    if profile is not None:
-                        profile.disable()
-                    assert status == 200, status
-                    if k >= 20:
-                        times[names[i]]["wall"].append(dt * 1000)
-                        times[names[i]]["cpu"].append(dc * 1000)
-                        if t == 0:  # a conversation's first turn: a divergent one (see the module docstring)
-                            times[names[i]]["cpu-first"].append(dc * 1000)
-                k += 1
+        for k, (c, t, body) in enumerate(_order(convs, args.interleave)):
+            # The second variant of a turn finds the process-wide memos (meanings, token counts) warm: which goes
+            # first alternates turn by turn and, on a conversation's first (divergent) turn, conversation by
+            # conversation, so each goes first on half of every kind of turn.
+            for i in range(len(names)) if (c + t) % 2 == 0 else reversed(range(len(names))):
+                variants[names[i]]()
+                if profile is not None and k >= 20:
+                    profile.enable()
+                t0, c0 = time.perf_counter(), time.thread_time()
+                status = await _call(apps[i], path, body)
+                dt, dc = time.perf_counter() - t0, time.thread_time() - c0
+                if profile is not None:
+                    profile.disable()
+                assert status == 200, status
+                if k >= 20:
+                    times[names[i]]["wall"].append(dt * 1000)
+                    times[names[i]]["cpu"].append(dc * 1000)
+                    if t == 0:  # a conversation's first turn: a divergent one (see the module docstring)
+                        times[names[i]]["cpu-first"].append(dc * 1000)
         if args.redis:
             for app in apps:
                 redis = app.state.proxy.store.redis
@@ -287,6 +294,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=50_000, help="body bytes (50000 gives ~46 KB bodies)")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--redis", help="redis URL: the Redis session store")
+    parser.add_argument("--interleave", type=int, default=1, help="conversations in flight, turn by turn in rotation")
     parser.add_argument("--profile", type=int, help="print the N costliest functions (cumulative)")
     parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime)")
     parser.add_argument("--diagnose-pair", action="store_true", help="time one divergent pair's diagnosis, then exit")

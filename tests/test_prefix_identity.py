@@ -4,6 +4,7 @@ rule (the table's ``TextShape``) says which spellings of a message are one conve
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -115,3 +116,33 @@ def test_one_rule_says_which_spellings_are_one_item(
     assert chain(string) == chain(part)
     assert chain(other) != chain(string)
     assert chain(string)[0] == chain(other)[0]  # the chain names each message boundary
+
+
+def test_interleaved_conversations_each_walk_only_their_new_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twelve conversations in flight at once (more than the process keeps recent walks for): each turn's
+    checkpoints re-use the links of its own conversation's previous turn, found through the block cache the
+    conversation's parsed messages carry, so a turn digests its two new messages only; each keeps its session."""
+    import agentcache.session._identity as identity_module
+    from agentcache.model._parsememo import ParseMemo
+
+    walked: list[int] = []
+    digests = identity_module._message_digests
+
+    def counting(api: str, blocks: Any) -> tuple[bytes, bytes]:
+        walked[-1] += 1
+        return digests(api, blocks)
+
+    monkeypatch.setattr(identity_module, "_message_digests", counting)
+    sessions, memo = Sessions(provider="anthropic"), ParseMemo(smallest=0)
+    # Each agent its own messages: a message another conversation also holds may carry that one's cache.
+    histories = [[{**m, "content": f"agent {c}: {m['content']}"} for m in _conversation(8)] for c in range(12)]
+    sids: dict[int, set[str]] = {c: set() for c in range(12)}
+    for n in range(3, 16, 2):
+        for c, history in enumerate(histories):
+            body, raw = memo.loads(json.dumps(_body(history[:n])).encode(), "tenant")
+            walked.append(0)
+            turn = sessions.begin("anthropic.messages", body, identity=Identity(infer=True), raw=raw)
+            turn.succeed(_usage())
+            sids[c].add(turn.session.session_id)
+            assert walked[-1] == (n if n == 3 else 2), (c, n)
+    assert all(len(s) == 1 for s in sids.values()) and len(set().union(*sids.values())) == 12

@@ -44,6 +44,7 @@ chain (``scope``), so inference inside it never reaches another lineage.
 from __future__ import annotations
 
 import secrets
+import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -159,7 +160,7 @@ def checkpoints_of(
     source texts). Raises InputError for a malformed body."""
     cache = BlockCache()
     cache.begin(raw)
-    return checkpoints_from(canonicalize(api, body, cache=cache), scope=scope)
+    return checkpoints_from(canonicalize(api, body, cache=cache), scope=scope, cache=cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,24 +181,29 @@ class _Walk:
     system: tuple[tuple[int, bytes], ...]
 
 
-# The latest walks, newest first: a request re-uses the links of the one it shares the most leading messages with
-# (its conversation's previous turn), so a turn walks its new messages only.
+# The latest walk of each conversation, by the block cache that built its request (the conversation's own, found
+# through its parsed messages, so however many conversations interleave), and the latest walks of the process,
+# newest first: a request re-uses the links of the one it shares the most leading messages with (its
+# conversation's previous turn), so a turn walks its new messages only.
+_WALK_OF: weakref.WeakKeyDictionary[BlockCache, _Walk] = weakref.WeakKeyDictionary()
 _WALKS: list[_Walk] = []
 _WALKS_KEPT = 8
 
 
-def _resume(req: CanonicalRequest, scope: str | None) -> tuple[int, _Walk | None]:
-    """``(m, walk)``: the recent walk sharing the most leading whole messages with ``req`` (same blocks, same
-    message boundaries), and how many."""
+def _resume(req: CanonicalRequest, scope: str | None, own: _Walk | None) -> tuple[int, _Walk | None]:
+    """``(m, walk)``: the walk (``own``, the conversation's latest, first; then the recent ones) sharing the most
+    leading whole messages with ``req`` (same blocks, same message boundaries), and how many."""
     best, found = 0, None
-    for walk in _WALKS:
+    for walk in (own, *_WALKS) if own is not None else _WALKS:
         if walk.scope != scope or walk.api != req.api:
             continue
         shared = shared_run(req.digests, walk.digests)
         bounds = shared_run(req.msg_start, walk.starts)
         m = bisect_right(walk.starts, shared, 1, bounds) - 1 if bounds > 1 else 0  # message j ends at start j+1
-        if shared == len(walk.digests) == len(req.digests) and bounds == len(walk.starts) == len(req.msg_start):
-            m = len(walk.starts)  # the same request again: every message, the last one included
+        n = len(walk.starts)
+        after = req.msg_start[n] if len(req.msg_start) > n else len(req.digests)  # where req's message n starts
+        if shared == len(walk.digests) == after and bounds == n:  # all of it, its last message ending there too
+            m = n
         if m > best:
             best, found = m, walk
             if m >= len(walk.starts) - 1:  # all of it but its last message: the conversation's previous turn
@@ -205,12 +211,15 @@ def _resume(req: CanonicalRequest, scope: str | None) -> tuple[int, _Walk | None
     return best, found
 
 
-def checkpoints_from(req: CanonicalRequest, *, scope: str | None = None) -> Checkpoints:
+def checkpoints_from(
+    req: CanonicalRequest, *, scope: str | None = None, cache: BlockCache | None = None
+) -> Checkpoints:
     """The prefix-index keys of canonical request ``req`` (see the module docstring), from the same blocks and
     block digests as ``req.chain``: the hash chain over its conversation messages (the messages outside the
     system section), seeded with the wire API (a session never spans two APIs) and ``scope`` (a declared lineage:
-    its sessions are indexed apart); and the digest of its tools and system blocks (options left out)."""
-    m, walk = _resume(req, scope)
+    its sessions are indexed apart); and the digest of its tools and system blocks (options left out). ``cache``:
+    the block cache that built ``req``, under which the walk is kept for the conversation's next turn."""
+    m, walk = _resume(req, scope, _WALK_OF.get(cache) if cache is not None else None)
     if walk is not None:
         c = walk.count[m]
         out, marks, count = list(walk.links[:c]), list(walk.marks[:c]), list(walk.count[: m + 1])
@@ -237,6 +246,8 @@ def checkpoints_from(req: CanonicalRequest, *, scope: str | None = None) -> Chec
     cps = Checkpoints(tuple(out), prefix, tuple(marks))
     walk = _Walk(req.api, req.digests, req.msg_start, scope, cps.chain, cps.marks, tuple(count), tuple(system))
     _WALKS[:] = [walk, *_WALKS[: _WALKS_KEPT - 1]]
+    if cache is not None:
+        _WALK_OF[cache] = walk
     return cps
 
 

@@ -143,7 +143,7 @@ class Sessions(Manager):
         if identity.declared and identity.declared_lineage:
             lineage = bounded(identity.declared)
             client, cache = self._canonicalizer.canonical(api, body, raw)
-            cps = _checkpoints(client, scope=lineage)
+            cps = _checkpoints(client, scope=lineage, cache=cache)
             return _Who(None, False, cps, identity.parent, lineage, bool(body.get("tools")), client, cache)
         if identity.declared:
             return _Who(bounded(identity.declared), True, NO_CHECKPOINTS, identity.parent or identity.declared_parent)
@@ -151,7 +151,7 @@ class Sessions(Manager):
             return _Who(bounded(identity.cache_key), True, NO_CHECKPOINTS, identity.parent)
         if identity.infer:
             client, cache = self._canonicalizer.canonical(api, body, raw)
-            return _Who(None, False, _checkpoints(client), identity.parent, client=client, cache=cache)
+            return _Who(None, False, _checkpoints(client, cache=cache), identity.parent, client=client, cache=cache)
         return _Who(_new_id(), True, NO_CHECKPOINTS, identity.parent)
 
     def _found(self, who: _Who, found: str | None, main: Session | None) -> tuple[str, str | None]:
