@@ -103,6 +103,49 @@ def test_two_replicas_serve_one_inferred_session_alternately(redis_url: str) -> 
     run(scenario())
 
 
+def test_a_continuing_turn_reads_only_its_deepest_heads(redis_url: str) -> None:
+    """``find`` reads the keyed heads of a request's deepest items first: a turn that continues its session (on
+    either replica) makes one script call of at most FIND_WINDOW fields; a new conversation and a changed tool list
+    (no head under the new prefix) fall back to every checkpoint, and still find what they continue; the turn after
+    finds its head under that prefix again."""
+    from agentcache.session._redis import FIND_WINDOW
+
+    async def scenario() -> None:
+        fake = FakeUpstream()
+        prefix = "t-" + uuid.uuid4().hex[:8]
+        async with (
+            proxy(fake, redis_url=redis_url, redis_prefix=prefix) as (one, state1, _),
+            proxy(fake, redis_url=redis_url, redis_prefix=prefix) as (two, state2, _),
+        ):
+            calls: list[int] = []
+            for state in (state1, state2):
+                hits = state.store._hits  # type: ignore[attr-defined]
+
+                async def counting(tenant: str, lookups: Any, hits: Any = hits) -> Any:
+                    lookups = list(lookups)
+                    calls.append(len(lookups))
+                    return await hits(tenant, lookups)
+
+                state.store._hits = counting  # type: ignore[attr-defined]
+            per_turn, sids = [], set()
+            for i, n in enumerate((21, 23, 25, 27, 29)):
+                body = anthropic_body(conversation(n))
+                if n >= 27:
+                    body["tools"] = list(reversed(body["tools"]))
+                calls.clear()
+                r = await (one if i % 2 == 0 else two).post("/v1/messages", json=body, headers=A)
+                assert r.status_code == 200
+                per_turn.append(list(calls))
+                sids.add(r.headers["x-agentcache-session"])
+            assert len(sids) == 1
+            window = [FIND_WINDOW]
+            assert per_turn[1] == per_turn[2] == per_turn[4] == window
+            assert per_turn[0][0] == FIND_WINDOW and per_turn[0][1] > 3 * 20  # new: every checkpoint, second call
+            assert per_turn[3][0] == FIND_WINDOW and per_turn[3][1] > 3 * 26  # a new prefix: the chain, second call
+
+    run(scenario())
+
+
 def test_close_on_one_replica_ends_the_generation_everywhere(redis_url: str) -> None:
     async def scenario() -> None:
         fake = FakeUpstream(gate=asyncio.Event())

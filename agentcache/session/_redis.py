@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._log import get_logger
@@ -135,6 +135,11 @@ return {s[1], s[3], s[4], s[5], s[7]}
 )
 
 
+#: How many of a request's deepest items :meth:`RedisStore.find` looks up first: a turn appends its answer and
+#: the next user message (2), an agent's tool round a few more; deeper than this is looked up in a second call.
+FIND_WINDOW = 8
+
+
 def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -205,17 +210,28 @@ class RedisStore:
     # ---- the AsyncSessionStore interface -------------------------------------------------------------
 
     async def find(self, tenant: str, checkpoints: Checkpoints) -> str | None:
-        """The live inferred session a request with ``checkpoints`` continues (one script reads every checkpoint and
-        answers the hits)."""
-        if not checkpoints:
+        """The live inferred session a request with ``checkpoints`` continues. One script reads the keyed heads of
+        the request's deepest :data:`FIND_WINDOW` items first: a turn that continues its session finds its head
+        there, the deepest, so the answer is the one the whole lookup gives; only without a head there does a second
+        call read every checkpoint (a new conversation, a changed prefix, a resume)."""
+        n = len(checkpoints)
+        if not n:
             return None
-        fields = ",".join(h.hex() for h in checkpoints.lookups(self.min_inner_match))
+        window = [checkpoints.key(k) for k in range(n - 2, max(n - 2 - FIND_WINDOW, -1), -1)]
+        hits = await self._hits(tenant, window)
+        if not any(head for _, head in hits.values()):
+            hits = await self._hits(tenant, checkpoints.lookups(self.min_inner_match))
+        return match_checkpoints(checkpoints, hits.get, self.min_inner_match)
+
+    async def _hits(self, tenant: str, lookups: Iterable[bytes]) -> dict[bytes, tuple[str, bool]]:
+        """``{hash: (session id, is a head)}`` of those of ``lookups`` the index holds (one script call)."""
+        fields = ",".join(h.hex() for h in lookups)
         found = await self._call("find", lambda: self._find(keys=[self._idx(tenant)], args=[fields]))
         hits: dict[bytes, tuple[str, bool]] = {}
         for h, v in zip(found[::2], found[1::2], strict=True):
             text = _s(v)
             hits[bytes.fromhex(_s(h))] = (text[2:], text[:1] == "1")
-        return match_checkpoints(checkpoints, hits.get, self.min_inner_match)
+        return hits
 
     def bind(self, manager: Any) -> None:
         """The manager whose sessions these are (sessions this replica closes without holding a copy get it)."""
