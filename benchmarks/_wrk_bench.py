@@ -6,16 +6,22 @@ One wrk thread per connection, as an agent keeps its session on its own connecti
 conversations' turns in order (Lua, one body per line of a temporary file; ten turns each), with its thread number
 in the first message, so every connection is its own sequence of sessions. Figures per target and
 connection count: requests/s (mean over rounds), and the medians over rounds of wrk's latency p50 and p99 (ms),
-non-2xx answers and socket errors (summed).
+non-2xx answers and socket errors (summed), and, when the target's processes are known, the CPU they used (user +
+system, the process trees from Linux ``/proc``: workers, Node's threads and a Redis the target alone uses included)
+as requests per CPU-second: throughput per core, whatever the number of processes or threads a target runs. Both
+are counted over the whole run, the requests by the fake upstream (wrk's own count starts after its threads load
+their bodies, and leaves out the requests in flight when it stops).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import statistics
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +73,41 @@ def parse(out: str) -> dict[str, float]:
     }
 
 
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """CPU seconds (user + system) used so far by processes ``pids`` and all their descendants (Linux ``/proc``;
+    processes that exited meanwhile count no more)."""
+    parent: dict[int, int] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        parent[pid] = int(fields[1])
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick
+    tree, todo = set(), list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in tree:
+            tree.add(pid)
+            todo += [child for child, ppid in parent.items() if ppid == pid]
+    return sum(used.get(pid, 0.0) for pid in tree)
+
+
 def throughput(
     targets: dict[str, tuple[int, str, dict[str, str]]],
     bodies: list[bytes],
     connections: list[int],
     seconds: int,
     rounds: int,
+    pids: dict[str, list[int]] | None = None,
+    served: Callable[[], int] | None = None,
 ) -> dict[int, dict[str, dict[str, float]]]:
-    """``wrk`` figures per connection count and target (``name: (port, path, extra headers)``), see the module
-    docstring."""
+    """``wrk`` figures per connection count and target (``name: (port, path, extra headers)``; ``pids``: each
+    target's processes, and ``served``: the requests the upstream has answered so far, for requests per
+    CPU-second), see the module docstring."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise RuntimeError("wrk is not installed (apt-get install wrk)")
@@ -96,16 +128,23 @@ def throughput(
                 for name in names[r % len(names) :] + names[: r % len(names)]:
                     port = targets[name][0]
                     argv = [wrk, f"-t{c}", f"-c{c}", f"-d{seconds}s", "--latency", "-s", str(scripts[name])]
+                    procs = (pids or {}).get(name) if served is not None else None
+                    before = (cpu_seconds(procs), served()) if procs and served else (0.0, 0)
                     out = subprocess.run([*argv, f"http://127.0.0.1:{port}"], capture_output=True, text=True)
-                    runs[c][name].append(parse(out.stdout))
+                    run = parse(out.stdout)
+                    if procs and served:
+                        run["cpu"], run["served"] = cpu_seconds(procs) - before[0], served() - before[1]
+                    runs[c][name].append(run)
         return {c: {n: _summary(v) for n, v in level.items()} for c, level in runs.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _summary(runs: list[dict[str, float]]) -> dict[str, float]:
+    cpu = sum(r.get("cpu", 0.0) for r in runs)
     return {
         "rps": statistics.fmean(r["rps"] for r in runs),
+        "per_cpu": sum(r.get("served", 0.0) for r in runs) / cpu if cpu else float("nan"),
         "p50": statistics.median(r["p50"] for r in runs),
         "p99": statistics.median(r["p99"] for r in runs),
         "non2xx": sum(r["non2xx"] for r in runs),
@@ -119,16 +158,18 @@ def markdown(res: dict[int, dict[str, dict[str, float]]], seconds: int, rounds: 
         f"closed loop (wrk, a thread per connection, {rounds} rounds of {seconds} s per target and connection count, "
         "targets in turn):",
         "",
-        "| connections | target | req/s | × agentcache | p50 ms | p99 ms | non-2xx | socket errors |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| connections | target | req/s | × agentcache | req per CPU-s | × agentcache | p50 ms | p99 ms | non-2xx "
+        "| socket errors |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c, level in res.items():
-        ref = level.get("agentcache", {}).get("rps") or next(iter(level.values()))["rps"]
+        ref = level.get("agentcache") or next(iter(level.values()))
         for name, m in level.items():
-            ratio = m["rps"] / ref if ref else float("nan")
+            ratio = m["rps"] / ref["rps"] if ref["rps"] else float("nan")
+            per_cpu = m.get("per_cpu", float("nan")) / ref.get("per_cpu", float("nan"))
             lines.append(
-                f"| {c} | {name} | {m['rps']:.0f} | {ratio:.2f} | {m['p50']:.1f} | {m['p99']:.1f} | "
-                f"{m['non2xx']:.0f} | {m['errors']:.0f} |"
+                f"| {c} | {name} | {m['rps']:.0f} | {ratio:.2f} | {m.get('per_cpu', float('nan')):.0f} | "
+                f"{per_cpu:.2f} | {m['p50']:.1f} | {m['p99']:.1f} | {m['non2xx']:.0f} | {m['errors']:.0f} |"
             )
     return "\n".join(lines)
 

@@ -97,6 +97,12 @@ async def _upstream_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWri
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET /__served "):  # how many requests this upstream answered (benchmarks' CPU figure)
+                text = b"%d" % _SERVED[0]
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(text), text))
+                await writer.drain()
+                continue
+            _SERVED[0] += 1
             length = 0
             chunked = False
             for line in head.split(b"\r\n")[1:]:
@@ -127,6 +133,7 @@ async def _upstream_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWri
 
 
 _DELAY = 0.0
+_SERVED = [0]
 
 
 def serve_upstream(port: int, delay: float = 0.0) -> None:
@@ -463,6 +470,7 @@ def main() -> None:
     parser.add_argument("--sizes", default=str(BODY_TARGET), help="body sizes of the 1-stream runs (comma list)")
     parser.add_argument("--no-64", action="store_true", help="skip the 64-stream level")
     parser.add_argument("--workers", type=int, default=1, help="also agentcache with N workers (and Redis)")
+    parser.add_argument("--peer-workers", type=int, default=1, help="the LiteLLM proxy's --num_workers")
     parser.add_argument("--wrk", action="store_true", help="also closed-loop throughput with wrk (_wrk_bench.py)")
     parser.add_argument("--connections", default="32,128", help="--wrk: connection counts (comma list)")
     parser.add_argument("--wrk-seconds", type=int, default=10, help="--wrk: seconds per run")
@@ -493,6 +501,7 @@ def main() -> None:
             "agentcache relay": (ac_port, "/relay/v1/messages"),
             "agentcache": (ac_port, "/v1/messages"),
         }
+        pids = {"direct": [procs[0].pid], "agentcache relay": [ac.pid], "agentcache": [ac.pid]}  # for the CPU used
         if args.baseline:
             base_port = _free_port()
             procs.append(_start(
@@ -503,6 +512,7 @@ def main() -> None:
             ))  # fmt: skip
             targets["baseline relay"] = (base_port, "/relay/v1/messages")
             targets["baseline"] = (base_port, "/v1/messages")
+            pids["baseline relay"] = pids["baseline"] = [procs[-1].pid]
         if record_dir is not None:
             for name, extra in (("agentcache control", []), ("agentcache --record", ["--record", record_dir])):
                 port = _free_port()
@@ -512,19 +522,23 @@ def main() -> None:
                     port,
                 ))  # fmt: skip
                 targets[name] = (port, "/v1/messages")
+                pids[name] = [procs[-1].pid]
         if args.workers > 1:
-            _add_workers(targets, procs, up_port, args.workers)
+            _add_workers(targets, pids, procs, up_port, args.workers)
         exe = _litellm(args.litellm)
         if exe:
             env = {"ANTHROPIC_API_BASE": f"http://127.0.0.1:{up_port}", "ANTHROPIC_API_KEY": "sk-fake",
                    "LITELLM_LOG": "ERROR", "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}  # fmt: skip
-            procs.append(_start([exe, "--port", str(ll_port), "--num_workers", "1"], ll_port, env))
+            workers = str(args.peer_workers)
+            procs.append(_start([exe, "--port", str(ll_port), "--num_workers", workers], ll_port, env))
             targets["litellm"] = (ll_port, "/anthropic/v1/messages")
+            pids["litellm"] = [procs[-1].pid]
         headers: dict[str, dict[str, str]] = {}
         if args.portkey:
             pk_port = _free_port()
             procs.append(_portkey(args.portkey, pk_port))
             targets["portkey"] = (pk_port, "/v1/messages")
+            pids["portkey"] = [procs[-1].pid]
             headers["portkey"] = {"x-portkey-provider": "anthropic",
                                   "x-portkey-custom-host": f"http://127.0.0.1:{up_port}/v1"}  # fmt: skip
         convs = Conversations()
@@ -543,7 +557,7 @@ def main() -> None:
                 level[name] = asyncio.run(load(port, path, 64, 4 if args.quick else 20, 3, convs))
             results["levels"][64] = level
         if args.wrk:
-            results["wrk"] = _wrk(args, targets, convs, headers)
+            results["wrk"] = _wrk(args, targets, convs, headers, pids)
         if args.memory:  # 20,000 requests over 2,000 new sessions, in 10 rounds; RSS after each
             rss = [_rss_kb(ac.pid)]
             for _ in range(10):
@@ -563,15 +577,21 @@ def main() -> None:
 
 
 def _add_workers(
-    targets: dict[str, tuple[int, str]], procs: list[subprocess.Popen[bytes]], up_port: int, workers: int
+    targets: dict[str, tuple[int, str]],
+    pids: dict[str, list[int]],
+    procs: list[subprocess.Popen[bytes]],
+    up_port: int,
+    workers: int,
 ) -> None:
-    """A redis-server, and agentcache on it with one worker and with ``workers`` (sessions shared through Redis)."""
+    """A redis-server, and agentcache on it with one worker and with ``workers`` (sessions shared through Redis;
+    the Redis's CPU counts as theirs)."""
     redis = shutil.which("redis-server")
     if redis is None:
         raise RuntimeError("--workers needs redis-server (apt-get install redis-server)")
     rport = _free_port()
     argv = [redis, "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     procs.append(_start(argv, rport))
+    redis_pid = procs[-1].pid
     for n in (1, workers):
         port = _free_port()
         procs.append(_start(
@@ -580,7 +600,18 @@ def _add_workers(
             port,
             env={"AGENTCACHE_PROXY_REDIS_PREFIX": f"bench-{n}"},  # its own sessions: the targets get the same bodies
         ))  # fmt: skip
-        targets[f"agentcache redis, {n} worker{'s' if n > 1 else ''}"] = (port, "/v1/messages")
+        name = f"agentcache redis, {n} worker{'s' if n > 1 else ''}"
+        targets[name], pids[name] = (port, "/v1/messages"), [procs[-1].pid, redis_pid]
+
+
+def _served(port: int) -> int:
+    """How many requests the fake upstream on ``port`` has answered."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET /__served HTTP/1.1\r\nhost: x\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data or not data.split(b"\r\n\r\n", 1)[1]:
+            data += sock.recv(4096)
+    return int(data.split(b"\r\n\r\n", 1)[1])
 
 
 def _portkey(directory: str, port: int) -> subprocess.Popen[bytes]:
@@ -597,6 +628,7 @@ def _wrk(
     targets: dict[str, tuple[int, str]],
     convs: Conversations,
     headers: dict[str, dict[str, str]] | None = None,
+    pids: dict[str, list[int]] | None = None,
 ) -> Any:
     """``--wrk``: closed-loop throughput of every target (``_wrk_bench.py``), printed as a table."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -605,7 +637,8 @@ def _wrk(
     bodies = [b for n in range(20) for b in convs.session(1000 + n)]
     with_headers = {name: (port, path, (headers or {}).get(name, {})) for name, (port, path) in targets.items()}
     conns = [int(c) for c in args.connections.split(",")]
-    res = throughput(with_headers, bodies, conns, args.wrk_seconds, args.wrk_rounds)
+    up_port = targets["direct"][0]
+    res = throughput(with_headers, bodies, conns, args.wrk_seconds, args.wrk_rounds, pids, lambda: _served(up_port))
     print(markdown(res, args.wrk_seconds, args.wrk_rounds) + "\n")
     return summary_of(res)
 
