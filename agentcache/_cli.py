@@ -212,11 +212,12 @@ def proxy_command(
         str | None, typer.Option(envvar="AGENTCACHE_REDIS_URL", help="Share sessions between replicas (redis://...).")
     ] = None,
     workers: Annotated[
-        int | None,
+        str | None,
         typer.Option(
-            min=1,
-            help="Server processes on the one port (default 1; more than one needs --redis-url: sessions are shared "
-            "through it; /metrics counts every worker's, the live report is per worker).",
+            metavar="N|auto",
+            help="Server processes on the one port (default 1; auto: the cores available). More than one shares "
+            "sessions through --redis-url, else a private redis-server (on PATH) the proxy runs; /metrics counts "
+            "every worker's, the live report is per worker.",
         ),
     ] = None,
     max_body_bytes: Annotated[
@@ -248,6 +249,7 @@ def proxy_command(
     try:
         from ._config import configure
         from .proxy import load_proxy_config, serve
+        from .proxy._workers import worker_count
     except ImportError as exc:
         from ._install import install_hint
 
@@ -255,6 +257,7 @@ def proxy_command(
     try:
         overrides = {"coalesce": coalesce, "coalesce_timeout": coalesce_timeout}
         settings = configure(config, **{k: v for k, v in overrides.items() if v is not None})
+        wanted = worker_count(workers)
         proxy_config = load_proxy_config(
             config,
             upstream=upstream,
@@ -263,7 +266,7 @@ def proxy_command(
             engine=engine,
             admin_token=admin_token,
             redis_url=redis_url,
-            workers=workers,
+            workers=wanted if wanted == 1 or redis_url else None,  # a private Redis is decided below
             max_body_bytes=max_body_bytes,
             idle_timeout=idle_timeout,
             record_dir=record,
@@ -286,15 +289,17 @@ def proxy_command(
         raise fail(
             f"port {where[1]} on {where[0]} is already in use: stop what listens there, or choose another --port"
         )
-    if proxy_config.redis_url and find_spec("redis") is None:  # one line, not a traceback in every worker
+    if (proxy_config.redis_url or (wanted or 1) > 1) and find_spec("redis") is None:  # not a traceback per worker
         from ._install import install_hint
 
-        raise fail(f"--redis-url needs the redis client: {install_hint('redis')}")
-    from .proxy._workers import WorkersFailed
+        what = "--redis-url" if proxy_config.redis_url else "more than one worker"
+        raise fail(f"{what} needs the redis client: {install_hint('redis')}")
+    from .proxy._workers import WorkersFailed, with_store
 
     try:
-        serve(proxy_config, settings)
-    except WorkersFailed as exc:
+        with with_store(proxy_config, wanted) as proxy_config:
+            serve(proxy_config, settings)
+    except (WorkersFailed, ConfigError) as exc:
         raise fail(str(exc)) from None
 
 

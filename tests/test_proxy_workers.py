@@ -347,3 +347,58 @@ def test_a_worker_that_cannot_start_stops_the_proxy_with_an_error(tmp_path: Path
     last = done.stderr.strip().splitlines()[-1]
     assert "failed to start" in last and "the proxy stopped" in last, last
     assert "proxy.stopped" not in done.stderr
+
+
+def test_worker_counts() -> None:
+    """``--workers``: a count, or ``auto`` for the cores this process may run on; anything else is refused."""
+    from agentcache.proxy._workers import worker_count
+
+    assert worker_count("auto") == len(os.sched_getaffinity(0)) and worker_count("3") == 3
+    assert worker_count(None) is None
+    for bad in ("0", "-2", "x"):
+        with pytest.raises(ConfigError, match="1 or more"):
+            worker_count(bad)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    return state != "Z"
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install redis-server)")
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+def test_workers_without_a_redis_url_share_a_private_redis(stop: signal.Signals) -> None:
+    """More than one worker and no --redis-url: the proxy runs a private redis-server (a Unix socket in a 0700
+    directory), the workers share one session through it, and it stops with the proxy, even one killed outright."""
+    with ServerThread(_upstream()) as upstream:
+        argv = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--port", "0", "--workers", "2"]
+        proc = subprocess.Popen([*argv, "--upstream", upstream.url], stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stderr is not None
+            private, start = json.loads(proc.stderr.readline()), json.loads(proc.stderr.readline())
+            assert private["event"] == "proxy.private_redis" and start["store"] == "redis" and start["workers"] == 2
+            sock = Path(private["socket"])
+            assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700 and _alive(private["pid"])
+            for _ in range(4):
+                _post(start["port"], "private-1")
+            proc.send_signal(stop)
+            proc.wait(timeout=30)
+            rest = proc.stderr.read()  # the workers' lines too, once they have drained and exited
+        finally:
+            proc.kill()
+    turns = sorted(
+        e["session_signal"]["turn"]
+        for e in _events(rest)
+        if e["event"] == "proxy.request" and (e.get("session_signal") or {}).get("session_id") == "private-1"
+    )
+    assert turns == [0, 1, 2, 3], rest  # one session, whichever worker served each turn
+    deadline = time.monotonic() + 10
+    while _alive(private["pid"]):
+        assert time.monotonic() < deadline, "the private redis-server outlived the proxy"
+        time.sleep(0.1)
+    if stop == signal.SIGTERM:
+        assert not sock.parent.exists()

@@ -8,7 +8,8 @@ in-flight requests (:data:`~agentcache.proxy._serve.DRAIN_TIMEOUT_S`), as one pr
 What is shared between workers and what is not:
 
 * **Sessions**: through Redis only (``--redis-url``; :class:`~agentcache.proxy._config.ProxyConfig` refuses
-  ``workers > 1`` without it). A client connection stays on one worker, but the next connection, or another
+  ``workers > 1`` without it; the command runs a private ``redis-server`` when none is given,
+  :mod:`~agentcache.proxy._private_redis`). A client connection stays on one worker, but the next connection, or another
   agent of the same session, may land on any: with per-process memory stores each worker would see part of a
   session, diagnose false breaks and repair against history it never saw.
 * **Metrics**: ``/metrics`` answers with every worker's values, whichever worker serves the scrape
@@ -20,27 +21,32 @@ What is shared between workers and what is not:
   live report of the worker that served it; it is not merged), the coalescer (siblings held only within one
   worker), keep-warm timers, the parse memo and ``max_state_mb`` (a budget per worker).
 
-The default is one worker: it needs no Redis, no metrics directory, and keeps the live report whole. Several workers
-pay off when the proxy is CPU-bound (the pipeline's per-turn work is pure Python, one core per process).
+The default is one worker: it needs no Redis, no metrics directory, and keeps the live report whole; it is also the
+most requests per CPU-second (a shared store costs each turn its round trips and snapshot: ``benchmarks/README.md``).
+Several workers (``--workers auto``: the cores available) pay off when the proxy is CPU-bound (the pipeline's
+per-turn work is pure Python, one core per process).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from socket import socket
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from .._config import Settings
+from .._exceptions import ConfigError
 from .._log import get_logger
 from ._config import ProxyConfig
 from ._multiproc import shared_metrics_dir
 from ._server import ProxyServerConfig
 
-__all__ = ["PARENT_CHECK_S", "WorkerApp", "WorkersFailed", "run_workers"]
+__all__ = ["PARENT_CHECK_S", "WorkerApp", "WorkersFailed", "run_workers", "with_store", "worker_count"]
 
 log = get_logger("agentcache.proxy")
 
@@ -123,3 +129,34 @@ def run_workers(server_config: ProxyServerConfig, sock: socket) -> None:
     failed = [process.pid for process in supervisor.processes if process.exitcode == STARTUP_FAILURE]
     if failed:
         raise WorkersFailed(f"worker process {failed[0]} failed to start (its error is above); the proxy stopped")
+
+
+def worker_count(value: str | None) -> int | None:
+    """``--workers``: ``N`` (at least 1), ``auto`` (the cores this process may run on), or None when not given.
+    Raises ConfigError for anything else."""
+    if value is None:
+        return None
+    if value.strip().lower() == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"--workers must be a number of processes (1 or more) or auto, not {value!r}")
+    return n
+
+
+@contextlib.contextmanager
+def with_store(config: ProxyConfig, wanted: int | None) -> Iterator[ProxyConfig]:
+    """``config`` with ``wanted`` workers (None: as configured) for the duration of the block: more than one
+    without a Redis URL gets a private ``redis-server`` (:func:`~agentcache.proxy._private_redis.private_redis`),
+    stopped after. Raises ConfigError when it cannot run one."""
+    n = config.workers if wanted is None else wanted
+    if n == config.workers or config.redis_url:
+        yield config if n == config.workers else ProxyConfig.model_validate({**config.model_dump(), "workers": n})
+        return
+    from ._private_redis import private_redis
+
+    with private_redis() as url:
+        yield ProxyConfig.model_validate({**config.model_dump(), "redis_url": url, "workers": n})
