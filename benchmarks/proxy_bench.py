@@ -470,6 +470,7 @@ def main() -> None:
     parser.add_argument("--sizes", default=str(BODY_TARGET), help="body sizes of the 1-stream runs (comma list)")
     parser.add_argument("--no-64", action="store_true", help="skip the 64-stream level")
     parser.add_argument("--workers", type=int, default=1, help="also agentcache with N workers (and Redis)")
+    parser.add_argument("--replicas", type=int, default=1, help="also N one-worker replicas behind HAProxy (Redis)")
     parser.add_argument("--peer-workers", type=int, default=1, help="the LiteLLM proxy's --num_workers")
     parser.add_argument("--wrk", action="store_true", help="also closed-loop throughput with wrk (_wrk_bench.py)")
     parser.add_argument("--connections", default="32,128", help="--wrk: connection counts (comma list)")
@@ -523,8 +524,8 @@ def main() -> None:
                 ))  # fmt: skip
                 targets[name] = (port, "/v1/messages")
                 pids[name] = [procs[-1].pid]
-        if args.workers > 1:
-            _add_workers(targets, pids, procs, up_port, args.workers)
+        if args.workers > 1 or args.replicas > 1:
+            _add_workers(targets, pids, procs, up_port, args.workers, args.replicas)
         exe = _litellm(args.litellm)
         if exe:
             env = {"ANTHROPIC_API_BASE": f"http://127.0.0.1:{up_port}", "ANTHROPIC_API_KEY": "sk-fake",
@@ -582,26 +583,57 @@ def _add_workers(
     procs: list[subprocess.Popen[bytes]],
     up_port: int,
     workers: int,
+    replicas: int = 1,
 ) -> None:
-    """A redis-server, and agentcache on it with one worker and with ``workers`` (sessions shared through Redis;
-    the Redis's CPU counts as theirs)."""
+    """A redis-server, and agentcache on it with one worker and with ``workers``, and ``replicas`` one-worker
+    replicas behind HAProxy (:func:`_haproxy`, each of its modes), each target with its own sessions, all shared
+    through the Redis, whose CPU counts as theirs (and HAProxy's as the replicas')."""
     redis = shutil.which("redis-server")
     if redis is None:
-        raise RuntimeError("--workers needs redis-server (apt-get install redis-server)")
+        raise RuntimeError("--workers/--replicas need redis-server (apt-get install redis-server)")
     rport = _free_port()
     argv = [redis, "--port", str(rport), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     procs.append(_start(argv, rport))
     redis_pid = procs[-1].pid
-    for n in (1, workers):
+
+    def proxy(workers: int, prefix: str) -> tuple[int, int]:
         port = _free_port()
         procs.append(_start(
             [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up_port}",
-             "--port", str(port), "--workers", str(n), "--redis-url", f"redis://127.0.0.1:{rport}"],
+             "--port", str(port), "--workers", str(workers), "--redis-url", f"redis://127.0.0.1:{rport}"],
             port,
-            env={"AGENTCACHE_PROXY_REDIS_PREFIX": f"bench-{n}"},  # its own sessions: the targets get the same bodies
+            env={"AGENTCACHE_PROXY_REDIS_PREFIX": prefix},  # its own sessions: the targets get the same bodies
         ))  # fmt: skip
+        return port, procs[-1].pid
+
+    for n in sorted({1, workers}):
+        port, pid = proxy(n, f"bench-{n}")
         name = f"agentcache redis, {n} worker{'s' if n > 1 else ''}"
-        targets[name], pids[name] = (port, "/v1/messages"), [procs[-1].pid, redis_pid]
+        targets[name], pids[name] = (port, "/v1/messages"), [pid, redis_pid]
+    for mode in ("tcp", "http") if replicas > 1 else ():
+        backends = [proxy(1, f"bench-replicas-{mode}") for _ in range(replicas)]
+        port = _free_port()
+        procs.append(_haproxy(port, [b[0] for b in backends], mode))
+        name = f"agentcache redis, {replicas} replicas, HAProxy {mode}"
+        targets[name], pids[name] = (port, "/v1/messages"), [*(b[1] for b in backends), redis_pid, procs[-1].pid]
+
+
+def _haproxy(port: int, backends: list[int], mode: str = "tcp") -> subprocess.Popen[bytes]:
+    """HAProxy (Debian's ``haproxy``) on ``port``, balancing round robin over ``backends``: ``tcp`` mode (layer 4,
+    as a cloud network load balancer) gives each client connection to one replica, as the kernel gives it to one
+    worker; ``http`` mode balances each request (a session's turns then land on every replica in turn)."""
+    exe = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not Path(exe).exists():
+        raise RuntimeError("--replicas needs haproxy (apt-get install haproxy)")
+    servers = "\n".join(f"  server r{i} 127.0.0.1:{b}" for i, b in enumerate(backends))
+    cfg = Path(tempfile.mkdtemp(prefix="agentcache-bench-haproxy-")) / "haproxy.cfg"
+    cfg.write_text(
+        "global\n  maxconn 4096\n  nbthread 1\n"
+        f"defaults\n  mode {mode}\n  timeout connect 5s\n  timeout client 120s\n"
+        f"  timeout server 120s\nfrontend f\n  bind 127.0.0.1:{port}\n  default_backend b\n"
+        f"backend b\n  balance roundrobin\n{servers}\n"
+    )
+    return _start([exe, "-f", str(cfg), "-db"], port)
 
 
 def _served(port: int) -> int:
