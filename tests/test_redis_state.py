@@ -73,3 +73,29 @@ def test_documents_without_a_delta_still_read() -> None:
     for doc in (_doc(sent, client), _doc(sent, None), {"v": 1, "target": "anthropic", "tools": []}):
         assert encode(unpack(zlib.compress(encode(doc).encode(), 1))) == encode(doc)
         assert encode(unpack(pack(doc))) == encode(doc)
+
+
+def test_the_client_source_texts_go_in_as_they_are() -> None:
+    """Given the client body's source texts, the sent body and the tools are stored as those texts (spliced, not
+    encoded again): the stored document reads back to the same values, the client's spellings included; a body
+    without texts, or another body's texts, stores the same values as without them."""
+    from agentcache.model._rawjson import parse
+
+    body = {
+        "model": "claude-opus-4-8",
+        "temperature": 0.1,
+        "tools": anthropic_tools(),
+        "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(9)],
+    }
+    text = json.dumps(body, indent=1).replace('"temperature": 0.1', '"temperature": 1.0E-1')
+    client, raw = loads(text.encode())
+    assert raw is not None
+    marker = {"type": "ephemeral"}
+    sent = {**client, "messages": [*client["messages"][:-1], {**client["messages"][-1], "cache_control": marker}]}
+    doc = {**_doc(sent, client), "tools": list(client["tools"])}
+    spliced = zlib.decompress(pack(doc, raw)).decode()
+    assert raw.text_of(client["messages"][0]) in spliced and raw.text_of(client["tools"][0]) in spliced
+    assert encode(unpack(pack(doc, raw))) == encode(unpack(pack(doc))) == encode(doc)
+    assert encode(parse(spliced.encode())) == encode(parse(zlib.decompress(pack(doc))))
+    _, other = loads(json.dumps({"messages": [1, 2, 3], "tools": []}).encode())
+    assert encode(unpack(pack(doc, other))) == encode(doc)

@@ -110,6 +110,11 @@ class BlockCache:
         self._entries[key] = blocks
         self._age[key] = self.generation
 
+    @property
+    def raw(self) -> RawBody | None:
+        """The source texts of the current request's body (:meth:`begin`), if it came with them."""
+        return self._raw
+
     def raw_text(self, value: Any) -> str | None:
         """The source text of ``value`` in the current request's body, when it has one."""
         return self._raw.text_of(value) if self._raw is not None else None

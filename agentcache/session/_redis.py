@@ -280,7 +280,7 @@ class RedisStore:
     ) -> bool:
         """Record ``prepared`` as sent if the session is still at version ``base`` in Redis (atomic)."""
         assert session.target is not None
-        state = pack(snapshot(prepared.state, session.target))
+        state = pack(snapshot(prepared.state, session.target), session.pipeline.cache.raw)
         entries = ""
         if not session.explicit:
             pairs = index_entries(checkpoints, self.min_inner_match)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from ..model._rawjson import encode, parse
+from ..model._rawjson import RawBody, encode, parse
+from ..model._splice import dumps_spliced
 from ._snapshot import SNAPSHOT_VERSION
 
 __all__ = ["pack", "unpack"]
@@ -29,13 +30,28 @@ __all__ = ["pack", "unpack"]
 DELTA_VERSION = 2
 
 
-def pack(doc: dict[str, Any]) -> bytes:
+def pack(doc: dict[str, Any], raw: RawBody | None = None) -> bytes:
     """``doc`` (a version 1 snapshot) as stored: its client body as a delta of the sent one when both are
-    objects, JSON-encoded (numbers as the client spelled them) and zlib-compressed (level 1)."""
+    objects, JSON-encoded (numbers as the client spelled them) and zlib-compressed (level 1). ``raw``: the source
+    texts of the client's request body, when known: the sent body and the tools the client sent go in as those
+    texts (:func:`~agentcache.model._splice.dumps_spliced`) instead of being encoded again; a text is found by
+    identity, so another request's ``raw`` only finds none."""
     sent, client = doc.get("sent"), doc.get("client")
     if doc.get("v") == SNAPSHOT_VERSION and isinstance(sent, dict) and isinstance(client, dict):
         doc = {**doc, "v": DELTA_VERSION, "client": None, "client_delta": _delta(client, sent)}
-    return zlib.compress(encode(doc).encode(), 1)
+    if raw is None:
+        return zlib.compress(encode(doc).encode(), 1)
+    parts = [f"{encode(key)}:{_text(key, value, raw)}" for key, value in doc.items()]
+    return zlib.compress(("{" + ",".join(parts) + "}").encode(), 1)
+
+
+def _text(key: str, value: Any, raw: RawBody) -> str:
+    """The JSON text of the document's ``value`` under ``key``, from the client's source texts where it has them."""
+    if key == "sent" and isinstance(value, dict):
+        return dumps_spliced(value, raw).decode()
+    if key == "tools" and isinstance(value, list):
+        return "[" + ",".join([raw.text_of(unit) or encode(unit) for unit in value]) + "]"
+    return encode(value)
 
 
 def unpack(state: bytes) -> dict[str, Any]:
