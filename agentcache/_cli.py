@@ -249,7 +249,6 @@ def proxy_command(
     try:
         from ._config import configure
         from .proxy import load_proxy_config, serve
-        from .proxy._workers import worker_count
     except ImportError as exc:
         from ._install import install_hint
 
@@ -257,7 +256,6 @@ def proxy_command(
     try:
         overrides = {"coalesce": coalesce, "coalesce_timeout": coalesce_timeout}
         settings = configure(config, **{k: v for k, v in overrides.items() if v is not None})
-        wanted = worker_count(workers)
         proxy_config = load_proxy_config(
             config,
             upstream=upstream,
@@ -266,7 +264,7 @@ def proxy_command(
             engine=engine,
             admin_token=admin_token,
             redis_url=redis_url,
-            workers=wanted if wanted == 1 or redis_url else None,  # a private Redis is decided below
+            workers=workers,
             max_body_bytes=max_body_bytes,
             idle_timeout=idle_timeout,
             record_dir=record,
@@ -289,16 +287,15 @@ def proxy_command(
         raise fail(
             f"port {where[1]} on {where[0]} is already in use: stop what listens there, or choose another --port"
         )
-    if (proxy_config.redis_url or (wanted or 1) > 1) and find_spec("redis") is None:  # not a traceback per worker
+    if (proxy_config.redis_url or proxy_config.workers > 1) and find_spec("redis") is None:  # not one per worker
         from ._install import install_hint
 
         what = "--redis-url" if proxy_config.redis_url else "more than one worker"
         raise fail(f"{what} needs the redis client: {install_hint('redis')}")
-    from .proxy._workers import WorkersFailed, with_store
+    from .proxy._workers import WorkersFailed
 
     try:
-        with with_store(proxy_config, wanted) as proxy_config:
-            serve(proxy_config, settings)
+        serve(proxy_config, settings)
     except (WorkersFailed, ConfigError) as exc:
         raise fail(str(exc)) from None
 

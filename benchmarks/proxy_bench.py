@@ -335,9 +335,17 @@ def _free_port() -> int:
         return port
 
 
-def _wait(port: int, timeout: float = 300.0) -> None:
+def _wait(port: int, timeout: float = 300.0, proc: subprocess.Popen[bytes] | None = None, errors: Any = None) -> None:
+    """Until something listens on ``port``; raises RuntimeError after ``timeout`` s, or at once when ``proc`` (what
+    should listen there) exits, with the end of its stderr (the file ``errors``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            err = ""
+            if errors is not None:
+                errors.seek(0)
+                err = errors.read().decode(errors="replace").strip()[-2000:]
+            raise RuntimeError(f"{' '.join(map(str, proc.args))!r} exited ({proc.returncode}):\n{err}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
@@ -349,10 +357,19 @@ def _wait(port: int, timeout: float = 300.0) -> None:
 def _start(
     argv: list[str], port: int, env: dict[str, str] | None = None, cwd: str | None = None
 ) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd
-    )
-    _wait(port)
+    """``argv`` started from ``cwd`` (default the temporary directory: ``-m agentcache`` must find the installed
+    package, not a checkout's source folders), once it listens on ``port``. Its stderr goes to a file, read back
+    should it exit first."""
+    with tempfile.TemporaryFile() as errors:  # the process keeps its own descriptor of it
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=errors, env={**os.environ, **(env or {})},
+            cwd=cwd or tempfile.gettempdir(),
+        )  # fmt: skip
+        try:
+            _wait(port, proc=proc, errors=errors)
+        except BaseException:
+            proc.kill()
+            raise
     return proc
 
 
@@ -490,7 +507,7 @@ def main() -> None:
     procs: list[subprocess.Popen[bytes]] = []
     record_dir = tempfile.mkdtemp(prefix="agentcache-bench-record-") if args.record else None
     try:
-        procs.append(_start([sys.executable, __file__, "--serve-upstream", str(up_port)], up_port))
+        procs.append(_start([sys.executable, str(Path(__file__).resolve()), "--serve-upstream", str(up_port)], up_port))
         ac = _start(
             [sys.executable, "-m", "agentcache", "proxy", "--upstream", f"http://127.0.0.1:{up_port}",
              "--port", str(ac_port)],
@@ -546,7 +563,8 @@ def main() -> None:
         results: dict[str, Any] = {"body_bytes": len(convs.session(0)[0]), "levels": {}}
         results["breakdown"] = breakdown(Conversations())
         if args.baseline:
-            out = subprocess.run([args.baseline, __file__, "--breakdown-only"], capture_output=True, check=True)
+            here = str(Path(__file__).resolve())
+            out = subprocess.run([args.baseline, here, "--breakdown-only"], capture_output=True, check=True)
             results["baseline_breakdown"] = json.loads(out.stdout)
         for size in (int(x) for x in args.sizes.split(",")):
             sized = Conversations(size)
@@ -682,7 +700,16 @@ def _fanout_only(args: argparse.Namespace) -> None:
 
     up_port = _free_port()
     up = _start(
-        [sys.executable, __file__, "--serve-upstream", str(up_port), "--fanout", "--ttft", str(args.ttft)], up_port
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--serve-upstream",
+            str(up_port),
+            "--fanout",
+            "--ttft",
+            str(args.ttft),
+        ],
+        up_port,
     )
     try:
         system, tools, _ = _tau()
@@ -706,7 +733,11 @@ def _ratio_line(streams: Any, level: dict[str, Any], ours: str, theirs: str, lab
 
 
 def _markdown(r: dict[str, Any]) -> str:
-    lines = [f"request body: {r['body_bytes']:,} bytes (first turn; bodies grow ~1 KB per turn)", ""]
+    lines = [
+        f"request body of the 64-stream level and wrk: {r['body_bytes']:,} bytes (first turn; bodies grow ~1 KB per "
+        "turn); the 1-stream rows name their own size",
+        "",
+    ]
     lines.append("| streams | target | n | err | TTFB p50 | TTFB p99 | total p50 | total p99 | added p50 | added p99 |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for streams, level in r["levels"].items():

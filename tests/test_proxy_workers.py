@@ -63,11 +63,17 @@ def test_the_server_runs_on_httptools_and_uvloop() -> None:
         loop.close()
 
 
-def test_more_than_one_worker_needs_redis() -> None:
-    with pytest.raises(ConfigError, match="redis_url"):
-        load_proxy_config(workers=2)
-    assert load_proxy_config(workers=2, redis_url="redis://127.0.0.1:1").workers == 2
+def test_more_than_one_worker_shares_a_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several workers share the configured Redis, else a private one; without redis-server the proxy says so."""
+    from agentcache.proxy._workers import with_store
+
     assert load_proxy_config().workers == 1
+    given = load_proxy_config(workers=2, redis_url="redis://127.0.0.1:1")
+    with with_store(given) as config:
+        assert config is given
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="install redis-server"), with_store(load_proxy_config(workers=2)):
+        pass
 
 
 def _upstream() -> Starlette:
@@ -349,15 +355,19 @@ def test_a_worker_that_cannot_start_stops_the_proxy_with_an_error(tmp_path: Path
     assert "proxy.stopped" not in done.stderr
 
 
-def test_worker_counts() -> None:
-    """``--workers``: a count, or ``auto`` for the cores this process may run on; anything else is refused."""
-    from agentcache.proxy._workers import worker_count
-
-    assert worker_count("auto") == len(os.sched_getaffinity(0)) and worker_count("3") == 3
-    assert worker_count(None) is None
-    for bad in ("0", "-2", "x"):
-        with pytest.raises(ConfigError, match="1 or more"):
-            worker_count(bad)
+def test_worker_counts(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``workers``: a count, or ``auto`` for the cores this process may run on, from the flag, the environment or
+    the config file alike; anything else is refused."""
+    cores = len(os.sched_getaffinity(0))
+    assert load_proxy_config(workers="auto").workers == cores and load_proxy_config(workers="3").workers == 3
+    monkeypatch.setenv("AGENTCACHE_PROXY_WORKERS", "auto")
+    assert load_proxy_config().workers == cores
+    monkeypatch.delenv("AGENTCACHE_PROXY_WORKERS")
+    (tmp_path / "a.toml").write_text('[proxy]\nworkers = "auto"\n')
+    assert load_proxy_config(tmp_path / "a.toml").workers == cores
+    for bad in ("0", "-2", "x", 0):
+        with pytest.raises(ConfigError, match="workers"):
+            load_proxy_config(workers=bad)
 
 
 def _alive(pid: int) -> bool:
@@ -402,3 +412,40 @@ def test_workers_without_a_redis_url_share_a_private_redis(stop: signal.Signals)
         time.sleep(0.1)
     if stop == signal.SIGTERM:
         assert not sock.parent.exists()
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install redis-server)")
+def test_a_private_redis_that_dies_is_restarted() -> None:
+    """The private redis-server killed under the proxy: it is started again on the same socket (its exit and the
+    restart logged, no zombie left), and the workers' sessions go on in it (a session started over)."""
+    with ServerThread(_upstream()) as upstream:
+        argv = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--port", "0", "--workers", "2"]
+        proc = subprocess.Popen([*argv, "--upstream", upstream.url], stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stderr is not None
+            private, start = json.loads(proc.stderr.readline()), json.loads(proc.stderr.readline())
+            _post(start["port"], "restart-1")
+            os.kill(private["pid"], signal.SIGKILL)
+            seen: list[dict[str, Any]] = []
+            while not seen or seen[-1]["event"] != "proxy.private_redis_restarted":
+                line = proc.stderr.readline()  # the workers' lines come in between
+                assert line, "the proxy stopped"
+                seen += [e for e in _events(line) if e["event"].startswith("proxy.private_redis")]
+            lines = seen
+            assert [e["event"] for e in lines] == ["proxy.private_redis_exited", "proxy.private_redis_restarted"]
+            assert lines[1]["socket"] == private["socket"] and _alive(lines[1]["pid"])
+            assert not _alive(private["pid"])  # reaped
+            time.sleep(1.5)  # the store's breaker (retry_after) lets the next call through
+            _post(start["port"], "restart-1")
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+            rest = proc.stderr.read()
+        finally:
+            proc.kill()
+    turns = [
+        e
+        for e in _events(rest)
+        if e["event"] == "proxy.request" and (e.get("session_signal") or {}).get("session_id") == "restart-1"
+    ]
+    assert len(turns) >= 1 and all(e.get("status") == 200 for e in turns), rest
+    assert not _alive(lines[1]["pid"])

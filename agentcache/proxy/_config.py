@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +23,7 @@ from .._exceptions import ConfigError
 from .._install import install_hint
 from ..model._types import parse_engine
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "UPSTREAMS", "ProxyConfig", "is_loopback", "load_proxy_config"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "UPSTREAMS", "ProxyConfig", "is_loopback", "load_proxy_config", "worker_count"]
 
 #: Named upstreams and their origins.
 UPSTREAMS: dict[str, str] = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com"}
@@ -100,8 +101,9 @@ class ProxyConfig(BaseSettings):
     ``max_sessions``/``max_state_mb``: live sessions kept per process, by count and by estimated memory.
     ``upstream_client``: the HTTP client to the upstream: ``aiohttp`` (:mod:`agentcache.proxy._aiotransport`, the
     faster), ``httpx`` (httpcore's pools, :mod:`agentcache.proxy._transport`) or ``auto`` (aiohttp when installed).
-    ``workers``: server processes sharing the port (:mod:`agentcache.proxy._workers`); more than one needs
-    ``redis_url``, the store every worker shares.
+    ``workers``: server processes sharing the port (:mod:`agentcache.proxy._workers`; ``"auto"``: one per core
+    available); more than one shares ``redis_url``, or a private ``redis-server`` :func:`~agentcache.proxy.serve`
+    runs.
     ``record_dir``: write every pipeline request to JSONL files there, for ``agentcache audit``
     (:mod:`agentcache.proxy._record`; the files hold prompts); ``record_max_mb``: rotate a file before it grows past
     this; ``record_max_total_mb``: delete the oldest files while all hold more (at least ``record_max_mb``).
@@ -185,15 +187,10 @@ class ProxyConfig(BaseSettings):
             raise ValueError(f"aiohttp is not installed ({install_hint('proxy')}), or choose httpx or auto")
         return value
 
-    @field_validator("workers")
+    @field_validator("workers", mode="before")
     @classmethod
-    def _check_workers(cls, value: int, info: ValidationInfo) -> int:
-        if value > 1 and not info.data.get("redis_url"):
-            raise ValueError(
-                "more than one needs redis_url: each worker process keeps its own sessions in memory, and a "
-                "session's turns land on any worker (give --redis-url, or keep --workers 1)"
-            )
-        return value
+    def _worker_count(cls, value: Any) -> Any:
+        return worker_count(value) if isinstance(value, str) else value
 
     @property
     def upstream_url(self) -> str:
@@ -210,6 +207,20 @@ class ProxyConfig(BaseSettings):
     def upstream_is_loopback(self) -> bool:
         """True when the upstream host is a loopback address (then proxy env vars are ignored)."""
         return is_loopback(urlsplit(self.upstream_url).hostname or "")
+
+
+def worker_count(value: str) -> int:
+    """A ``workers`` value given as text: ``N`` (at least 1) or ``auto`` (the cores this process may run on).
+    Raises ValueError for anything else."""
+    if value.strip().lower() == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"a number of processes (1 or more) or auto, not {value!r}")
+    return n
 
 
 def load_proxy_config(path: str | Path | None = None, **overrides: Any) -> ProxyConfig:

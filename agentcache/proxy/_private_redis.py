@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,21 +49,67 @@ def private_redis(binary: str | None = None) -> Iterator[str]:
         sock = Path(tmp) / "redis.sock"
         argv = [exe, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700", "--save", "",
                 "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"]  # fmt: skip
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )  # fmt: skip
+        server = _Server(argv, sock)
         try:
-            _wait_ready(proc, sock)
-            log.info("proxy.private_redis", pid=proc.pid, socket=str(sock))
+            server.start()
             yield f"unix://{sock}"
         finally:
-            proc.terminate()
+            server.stop()
+
+
+class _Server:
+    """The private server's process, restarted on the same socket when it exits before :meth:`stop` (its sessions
+    are then gone: the workers' requests start new ones, as after a proxy restart), each exit and restart logged."""
+
+    def __init__(self, argv: list[str], sock: Path) -> None:
+        self.argv, self.sock = argv, sock
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = threading.Event()
+        self.watch = threading.Thread(target=self._watch, name="agentcache-private-redis", daemon=True)
+
+    def start(self) -> None:
+        """Start the server and its watcher. Raises ConfigError when it does not start."""
+        self._spawn()
+        assert self.proc is not None
+        log.info("proxy.private_redis", pid=self.proc.pid, socket=str(self.sock))
+        self.watch.start()
+
+    def _spawn(self) -> None:
+        self.proc = subprocess.Popen(
+            self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )  # fmt: skip
+        _wait_ready(self.proc, self.sock)
+
+    def _watch(self) -> None:
+        while not self.stopping.is_set():
+            assert self.proc is not None
+            code = self.proc.wait()  # also reaps it: no zombie
+            if self.stopping.is_set():
+                return
+            log.warning(
+                "proxy.private_redis_exited", pid=self.proc.pid, code=code, action="restarting; sessions restart"
+            )
             try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                self.sock.unlink(missing_ok=True)
+                self._spawn()
+            except (ConfigError, OSError) as exc:
+                log.error("proxy.private_redis_failed", error=str(exc), action="requests are forwarded unchanged")
+                return
+            log.warning("proxy.private_redis_restarted", pid=self.proc.pid, socket=str(self.sock))
+
+    def stop(self) -> None:
+        """Stop the server (and its watcher) for good."""
+        self.stopping.set()
+        proc = self.proc
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], sock: Path) -> None:

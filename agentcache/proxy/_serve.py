@@ -20,7 +20,7 @@ from .._log import get_logger
 from ._app import create_app
 from ._config import ProxyConfig, is_loopback, unknown_env
 from ._server import uvicorn_config
-from ._workers import WorkerApp, run_workers
+from ._workers import WorkerApp, run_workers, with_store
 
 __all__ = ["serve"]
 
@@ -37,7 +37,14 @@ class _Terminated(BaseException):
 def serve(config: ProxyConfig, settings: Settings | None = None) -> None:
     """Serve the proxy on ``config.host:config.port`` until interrupted (uvicorn with the proxy's timeouts,
     :mod:`agentcache.proxy._server`; its access log is off: the proxy writes one structured line per request
-    itself)."""
+    itself). More than one worker without ``redis_url`` share a private ``redis-server``
+    (:func:`~agentcache.proxy._workers.with_store`). Raises ConfigError when it cannot run one, WorkersFailed when
+    a worker fails before it serves."""
+    with with_store(config) as config:
+        _serve(config, settings)
+
+
+def _serve(config: ProxyConfig, settings: Settings | None) -> None:
     import uvicorn
 
     if not is_loopback(config.host) and not config.admin_token:

@@ -7,11 +7,10 @@ in-flight requests (:data:`~agentcache.proxy._serve.DRAIN_TIMEOUT_S`), as one pr
 
 What is shared between workers and what is not:
 
-* **Sessions**: through Redis only (``--redis-url``; :class:`~agentcache.proxy._config.ProxyConfig` refuses
-  ``workers > 1`` without it; the command runs a private ``redis-server`` when none is given,
-  :mod:`~agentcache.proxy._private_redis`). A client connection stays on one worker, but the next connection, or another
-  agent of the same session, may land on any: with per-process memory stores each worker would see part of a
-  session, diagnose false breaks and repair against history it never saw.
+* **Sessions**: through Redis only (``--redis-url``, or a private ``redis-server`` :func:`with_store` runs when
+  none is given, :mod:`~agentcache.proxy._private_redis`). A client connection stays on one worker, but the next
+  connection, or another agent of the same session, may land on any: with per-process memory stores each worker
+  would see part of a session, diagnose false breaks and repair against history it never saw.
 * **Metrics**: ``/metrics`` answers with every worker's values, whichever worker serves the scrape
   (prometheus_client's multiprocess mode: the supervisor's private directory in ``PROMETHEUS_MULTIPROC_DIR``,
   removed at exit; :mod:`~agentcache.proxy._multiproc`). Counters and histograms are summed, gauges summed over
@@ -40,13 +39,12 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from .._config import Settings
-from .._exceptions import ConfigError
 from .._log import get_logger
 from ._config import ProxyConfig
 from ._multiproc import shared_metrics_dir
 from ._server import ProxyServerConfig
 
-__all__ = ["PARENT_CHECK_S", "WorkerApp", "WorkersFailed", "run_workers", "with_store", "worker_count"]
+__all__ = ["PARENT_CHECK_S", "WorkerApp", "WorkersFailed", "run_workers", "with_store"]
 
 log = get_logger("agentcache.proxy")
 
@@ -131,32 +129,18 @@ def run_workers(server_config: ProxyServerConfig, sock: socket) -> None:
         raise WorkersFailed(f"worker process {failed[0]} failed to start (its error is above); the proxy stopped")
 
 
-def worker_count(value: str | None) -> int | None:
-    """``--workers``: ``N`` (at least 1), ``auto`` (the cores this process may run on), or None when not given.
-    Raises ConfigError for anything else."""
-    if value is None:
-        return None
-    if value.strip().lower() == "auto":
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ConfigError(f"--workers must be a number of processes (1 or more) or auto, not {value!r}")
-    return n
-
-
 @contextlib.contextmanager
-def with_store(config: ProxyConfig, wanted: int | None) -> Iterator[ProxyConfig]:
-    """``config`` with ``wanted`` workers (None: as configured) for the duration of the block: more than one
-    without a Redis URL gets a private ``redis-server`` (:func:`~agentcache.proxy._private_redis.private_redis`),
-    stopped after. Raises ConfigError when it cannot run one."""
-    n = config.workers if wanted is None else wanted
-    if n == config.workers or config.redis_url:
-        yield config if n == config.workers else ProxyConfig.model_validate({**config.model_dump(), "workers": n})
+def with_store(config: ProxyConfig) -> Iterator[ProxyConfig]:
+    """``config`` for the duration of the block, with a private ``redis-server`` as its Redis when it runs more than
+    one worker without one (:func:`~agentcache.proxy._private_redis.private_redis`, stopped after). Raises
+    ConfigError when it cannot run one."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if config.workers > cores:  # each worker is a whole process: more than the cores only adds memory
+        log.warning("proxy.workers_exceed_cores", workers=config.workers, cores=cores, hint="--workers auto")
+    if config.workers == 1 or config.redis_url:
+        yield config
         return
     from ._private_redis import private_redis
 
     with private_redis() as url:
-        yield ProxyConfig.model_validate({**config.model_dump(), "redis_url": url, "workers": n})
+        yield ProxyConfig.model_validate({**config.model_dump(), "redis_url": url})
