@@ -18,13 +18,12 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from email.utils import formatdate
 from functools import partial
 
 import anyio
 import httpx
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ..model._bodytap import TAP_LIMIT, UsageTap
 from ..model._usage import CacheUsage
@@ -32,7 +31,6 @@ from ._errors import failure_reason
 
 __all__ = [
     "TAP_LIMIT",
-    "DateHeader",
     "StreamOutcome",
     "UpstreamResponse",
     "UpstreamStreamError",
@@ -269,27 +267,3 @@ class UpstreamResponse(Response):
         else:
             status, err = "complete", None
         return StreamOutcome(status, self._sent, self._first, usage, err)
-
-
-class DateHeader:
-    """ASGI middleware: a response without a ``date`` header gets one (RFC 9110 §6.6.1: an origin server with a clock
-    sends one). The server adds none (:func:`~agentcache.proxy._server.uvicorn_config`), so a relayed response keeps
-    exactly the upstream's and the proxy's own answers (errors, report, health) get this one."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def dated(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or ())
-                if not any(k.lower() == b"date" for k, _ in headers):
-                    headers.append((b"date", formatdate(usegmt=True).encode()))
-                    message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, dated)
