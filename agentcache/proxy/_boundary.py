@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from email.utils import formatdate
 from typing import Any
 from urllib.parse import unquote
@@ -64,11 +65,17 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SLASHES = re.compile(r"/+")
 
 
+#: What a lenient reading could change in a path: without any of these, folding it is lowering its case.
+_FOLDABLE = re.compile(r"[%\\\x00-\x1f\x7f]|//|/\.")
+
+
 def own_path(path: str) -> bool:
     """Whether the (percent-decoded, :func:`clean_path`-normalised) ``path`` is in agentcache's namespace as a
     lenient upstream might read it: ``/agentcache``, ``/agentcache/...`` or ``/metrics``, in any case, with
     backslashes, repeated slashes, control characters or one more level of percent-encoding (see the module
     docstring)."""
+    if _FOLDABLE.search(path) is None:
+        return _in_namespace(path.lower())  # nothing else a lenient reading changes (most relayed paths)
     folded = path
     for _ in range(3):  # until nothing changes: "%2561" is "%61" is "a"
         before = folded
@@ -76,6 +83,10 @@ def own_path(path: str) -> bool:
         folded = clean_path(folded.encode("utf-8", "surrogatepass")).decode("utf-8", "surrogatepass")
         if folded == before:
             break
+    return _in_namespace(folded)
+
+
+def _in_namespace(folded: str) -> bool:
     return folded in ("/agentcache", "/metrics", "/metrics/") or folded.startswith("/agentcache/")
 
 
@@ -88,6 +99,17 @@ def normalised(scope: Scope) -> Scope:
     if path == raw:
         return scope
     return {**scope, "raw_path": path, "path": unquote(path.decode("latin-1"))}
+
+
+_DATE: list[Any] = [0, b""]  # [unix second, its HTTP date]: formatted once a second, not once a response
+
+
+def _date() -> bytes:
+    """The current time as an HTTP ``date`` value (RFC 9110 §5.6.7, IMF-fixdate)."""
+    now = int(time.time())
+    if _DATE[0] != now:
+        _DATE[:] = [now, formatdate(now, usegmt=True).encode()]
+    return _DATE[1]  # type: ignore[no-any-return]
 
 
 class Cycle:
@@ -125,5 +147,5 @@ class Cycle:
             self.started, self.waiting = True, False
             headers = message.get("headers") or ()
             if not any(k.lower() == b"date" for k, _ in headers):
-                message = {**message, "headers": [*headers, (b"date", formatdate(usegmt=True).encode())]}
+                message = {**message, "headers": [*headers, (b"date", _date())]}
         await self._send(message)
