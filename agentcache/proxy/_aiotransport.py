@@ -44,7 +44,7 @@ from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict
 from yarl import URL
 
-from ._transport import Watch, parsed_url
+from ._transport import ONE_WRITE, Watch, parsed_url
 
 __all__ = ["AiohttpTransport"]
 
@@ -52,7 +52,7 @@ __all__ = ["AiohttpTransport"]
 _SKIP_AUTO = frozenset({"User-Agent", "Accept", "Accept-Encoding", "Content-Type"})
 #: Bodies up to this size are written at once (they fit the transport's buffer); larger ones piece by piece, each
 #: piece under the write timeout.
-_PIECE = 64 * 1024
+_PIECE = ONE_WRITE
 
 
 class _Connector(aiohttp.TCPConnector):

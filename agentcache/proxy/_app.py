@@ -32,13 +32,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -46,15 +46,15 @@ from starlette.routing import BaseRoute, Route
 from .._config import Settings
 from ..session import StoreUnavailable
 from ._admin import NAMESPACE_ROUTE, PathRoute, close_route, metrics_denied, namespace_answer, report_tenant
-from ._boundary import Boundary, own_path
+from ._boundary import own_path
 from ._caller import tenant_of
 from ._config import ProxyConfig
 from ._core import handle_api, relay
+from ._entry import Endpoint, ProxyApp
 from ._errors import ROUTES, style_for
-from ._forward import DateHeader, UpstreamStreamError
+from ._forward import UpstreamStreamError
 from ._live_page import live_page, worker_label
 from ._state import ProxyState
-from ._trace import TraceContext
 
 __all__ = ["create_app"]
 
@@ -67,23 +67,35 @@ def _in_namespace(path: str) -> dict[str, str] | None:
     return {} if own_path(path) else None
 
 
+def _hot_routes(apis: dict[str, Endpoint], passthrough: Endpoint) -> Callable[[str, str], Endpoint | None]:
+    """The entry's choice of hot routes (:class:`~agentcache.proxy._entry.ProxyApp`), the same endpoint starlette's
+    router would pick: a pipeline route's ``POST``; any other method starlette routes on any path outside the
+    namespace is relayed. A path ending in a newline is left to starlette (its patterns' ``$`` matches before one)."""
+
+    def hot(method: str, path: str) -> Endpoint | None:
+        if method == "POST" and (api := apis.get(path)) is not None:
+            return api
+        if method in _ALL_METHODS and not path.endswith("\n") and not own_path(path):
+            return passthrough
+        return None
+
+    return hot
+
+
 def create_app(
     config: ProxyConfig | None = None,
     *,
     settings: Settings | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     store: Any = None,
-) -> Starlette:
-    """The proxy as an ASGI app. ``app.state.proxy`` is its :class:`ProxyState`; the lifespan starts and
-    stops it (in-process tests without a lifespan use ``async with app.state.proxy.running():``).
-    ``transport``: the upstream client's httpx transport (tests inject a ``MockTransport``)."""
+) -> ProxyApp:
+    """The proxy as an ASGI app (:class:`~agentcache.proxy._entry.ProxyApp`: starlette behind one plain entry).
+    ``app.state.proxy`` is its :class:`ProxyState`; the lifespan starts and stops it (in-process tests without a
+    lifespan use ``async with app.state.proxy.running():``). ``transport``: the upstream client's httpx transport
+    (tests inject a ``MockTransport``)."""
     state = ProxyState(config or ProxyConfig(), settings=settings, transport=transport, store=store)
 
-    def api_endpoint(path: str, api: str) -> Route:
-        async def endpoint(request: Request) -> Response:
-            return await handle_api(state, request, api, path)
-
-        return Route(path, endpoint, methods=["POST"], name=api)
+    apis: dict[str, Endpoint] = {path: partial(handle_api, state, api=api, route=path) for path, api in ROUTES.items()}
 
     async def metrics(request: Request) -> Response:
         denied = metrics_denied(state, request)
@@ -153,24 +165,20 @@ def create_app(
         style = style_for(path, state.config.upstream_kind, request.headers)
         return state.own_error(route, state.config.upstream_kind, style, 500, "agentcache failed on this request")
 
-    routes: list[BaseRoute] = [api_endpoint(path, api) for path, api in ROUTES.items()]
+    routes: list[BaseRoute] = [Route(path, apis[path], methods=["POST"], name=api) for path, api in ROUTES.items()]
     routes += own
     routes += [
         PathRoute(_in_namespace, namespace, methods=_ALL_METHODS, name="namespace"),
         PathRoute(lambda path: {}, passthrough, methods=_ALL_METHODS, name="passthrough"),
     ]
+    hot = _hot_routes(apis, passthrough)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with state.running():
             yield
 
-    # One date header per response: the upstream's when relayed, else the proxy's own (the server adds none).
-    middleware = [
-        Middleware(Boundary, body_timeout=state.config.body_timeout),
-        Middleware(DateHeader),
-        Middleware(TraceContext),  # the client's trace context, for the turn's span (setting otel)
-    ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={Exception: unhandled}, middleware=middleware)
+    app = ProxyApp(hot=hot, unhandled=unhandled, body_timeout=state.config.body_timeout, routes=routes,
+                   lifespan=lifespan)  # fmt: skip
     app.state.proxy = state
     return app

@@ -20,6 +20,7 @@ UpstreamResponse`). Every request is counted once, under the status the client g
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from functools import partial
 
 import httpx
@@ -52,6 +53,7 @@ from ._finish import finish
 from ._forward import StreamOutcome, UpstreamResponse, UsageTap, request_headers, with_raw_headers
 from ._state import ProxyState
 from ._trace import tracing_sink
+from ._transport import ONE_WRITE
 
 __all__ = ["handle_api", "read_body", "relay"]
 
@@ -256,19 +258,25 @@ def _keep_warm(ex: Exchange, url: str) -> KeepWarmDecision | None:
 
 
 async def relay(state: ProxyState, request: Request, route: str = "passthrough") -> Response:
-    """Relay a non-pipeline request untouched (body streamed, at most ``max_body_bytes``: 413 beyond, 408 when the
-    client stops sending, in the caller's error format), and its response chunk by chunk. ``route``: the metric
+    """Relay a non-pipeline request untouched (at most ``max_body_bytes``: 413 beyond, 408 when the client stops
+    sending, in the caller's error format), and its response chunk by chunk. A body declared at most
+    :data:`~agentcache.proxy._transport.ONE_WRITE` bytes is read whole, then sent in one write with the headers
+    (it arrives in one or two reads anyway); a larger or chunked one is streamed as it comes. ``route``: the metric
     label."""
     style = style_for(request.url.path, state.config.upstream_kind, request.headers)
     provider, limit = state.config.upstream_kind, state.config.max_body_bytes
-    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
-    content = limited(request.stream(), limit) if has_body else None
+    declared = request.headers.get("content-length", "")
     headers = request_headers(request.headers.raw, pipeline=False)
-    req = state.client.build_request(request.method, state.url(request), headers=headers, content=content)
     started = time.perf_counter()
     try:
         if over_limit(request, limit):
             raise BodyTooLarge
+        content: bytes | AsyncIterator[bytes] | None = None
+        if declared.isdigit() and int(declared) <= ONE_WRITE:
+            content = await read_body(request, limit)
+        elif declared or "transfer-encoding" in request.headers:
+            content = limited(request.stream(), limit)
+        req = state.client.build_request(request.method, state.url(request), headers=headers, content=content)
         upstream = await state.send(req, route, style)
     except (BodyTooLarge, BodyTimeout) as exc:  # over the limit, or the client stopped sending: the upstream got no
         return refused_answer(state, route, provider, style, exc)  # complete request

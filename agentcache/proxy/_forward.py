@@ -14,17 +14,17 @@ the client goes away, the upstream response is closed at once. Either way the up
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from email.utils import formatdate
-from functools import partial
+from typing import Any
 
 import anyio
 import httpx
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ..model._bodytap import TAP_LIMIT, UsageTap
 from ..model._usage import CacheUsage
@@ -32,7 +32,6 @@ from ._errors import failure_reason
 
 __all__ = [
     "TAP_LIMIT",
-    "DateHeader",
     "StreamOutcome",
     "UpstreamResponse",
     "UpstreamStreamError",
@@ -164,6 +163,9 @@ class UpstreamResponse(Response):
         self._client_gone = False
         self._finished = False
         self._started_response = False
+        self._relayed = False  # the relay step returned (or raised): the watcher no longer stops it
+        self._stopped = False  # the watcher cancelled the relay step (the client went away)
+        self._watch_error: Exception | None = None
 
     def _valid(self, extra: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         """``extra`` minus any header that is no valid field (the server would refuse the whole response
@@ -228,24 +230,44 @@ class UpstreamResponse(Response):
                 self._client_gone = not self._finished
                 return
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Relay the upstream response; see the class docstring."""
+    async def _watch(self, receive: Receive, relaying: asyncio.Task[Any]) -> None:
+        """Wait for the client's disconnect, then stop the ``relaying`` task (unless it has returned already); what
+        ``receive`` raised is kept for :meth:`__call__` to raise."""
         try:
-            async with anyio.create_task_group() as tg:
+            await self._listen(receive)
+        except OSError:  # the server reports a client that went away (ASGI spec 2.4)
+            self._client_gone = not self._finished
+        except Exception as exc:
+            self._watch_error = exc
+        if not self._relayed:
+            self._stopped = True
+            relaying.cancel()
 
-                async def until_done(func: Callable[[], Awaitable[None]]) -> None:
-                    await func()
-                    tg.cancel_scope.cancel()
-
-                tg.start_soon(until_done, partial(self._relay, send))
-                await until_done(partial(self._listen, receive))
-        except* OSError:  # the server reports a client that went away (ASGI spec 2.4)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Relay the upstream response; see the class docstring. The relay runs in this task and a second one
+        watches for the client's disconnect and cancels it; plain asyncio, as a task group's cancel scopes cost
+        more than the relay's own steps."""
+        relaying = asyncio.current_task()
+        assert relaying is not None
+        watcher = asyncio.ensure_future(self._watch(receive, relaying))
+        try:
+            await self._relay(send)
+        except asyncio.CancelledError:
+            if not self._stopped or relaying.cancelling() > 1:  # cancelled by someone else too: theirs to handle
+                raise
+        except OSError:  # the server reports a client that went away (ASGI spec 2.4)
             self._client_gone = not self._finished
         finally:
+            self._relayed = True
+            watcher.cancel()
+            if self._stopped:
+                relaying.uncancel()  # the watcher's cancel is answered (or was swallowed on the way)
             with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()
                 if self._on_done is not None:
                     await self._on_done(self._outcome())
+        if self._watch_error is not None:
+            raise self._watch_error
         if self._error is not None and not self._client_gone:
             raise UpstreamStreamError(f"upstream stream broken: {type(self._error).__name__}") from self._error
 
@@ -269,27 +291,3 @@ class UpstreamResponse(Response):
         else:
             status, err = "complete", None
         return StreamOutcome(status, self._sent, self._first, usage, err)
-
-
-class DateHeader:
-    """ASGI middleware: a response without a ``date`` header gets one (RFC 9110 §6.6.1: an origin server with a clock
-    sends one). The server adds none (:func:`~agentcache.proxy._server.uvicorn_config`), so a relayed response keeps
-    exactly the upstream's and the proxy's own answers (errors, report, health) get this one."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def dated(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or ())
-                if not any(k.lower() == b"date" for k, _ in headers):
-                    headers.append((b"date", formatdate(usegmt=True).encode()))
-                    message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, dated)

@@ -6,9 +6,9 @@
   against httpx's 5 s) loses the request the client writes into the closing connection.
 * **Headers** (``header_timeout``): once a request's first byte arrived (or a connection opened), its line and
   headers must be complete within this many seconds, else the connection is closed (uvicorn has no such limit).
-* **Bodies** (``body_timeout``): enforced by :class:`~agentcache.proxy._boundary.Boundary` (408).
+* **Bodies** (``body_timeout``): enforced by :class:`~agentcache.proxy._boundary.Cycle` (408).
 * **Headers of its own**: none. A relayed response carries the upstream's ``server`` and ``date``, one of each; the
-  proxy's own answers get a ``date`` from :class:`~agentcache.proxy._forward.DateHeader`.
+  proxy's own answers get a ``date`` from :class:`~agentcache.proxy._boundary.Cycle`.
 * **A stream the upstream cut** is broken for the client by an exception out of the app (HTTP has no other way to
   tell it); the proxy has already counted and logged it (``proxy.request``, ``outcome=upstream_error``), so the
   server's traceback for it is dropped (:class:`QuietStreamCuts`).

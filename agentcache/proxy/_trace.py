@@ -1,39 +1,27 @@
 """The proxy's side of OpenTelemetry export (setting ``otel``; the spans themselves:
-:mod:`agentcache.session._otel`). :class:`TraceContext` hands each request's W3C ``traceparent`` / ``tracestate``
-headers to the sinks for as long as the request is served (its response streamed included), so the turn's span
-continues the client's trace. Nothing here imports OpenTelemetry: with the setting off it costs one header lookup
-per request."""
+:mod:`agentcache.session._otel`). Each request's W3C ``traceparent`` / ``tracestate`` headers
+(:func:`trace_headers`) are the sinks' for as long as the request is served (its response streamed included), so
+the turn's span continues the client's trace. Nothing here imports OpenTelemetry: with the setting off it costs
+one header lookup per request."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
-from ..session._lifecycle import TRACE_HEADERS
-
-__all__ = ["TraceContext", "tracing_sink"]
+__all__ = ["trace_headers", "tracing_sink"]
 
 _NAMES = (b"traceparent", b"tracestate")
 
 
-class TraceContext:
-    """ASGI middleware: :data:`~agentcache.session._lifecycle.TRACE_HEADERS` holds the request's trace-context
-    headers while it is served, and is reset after (an in-process client shares its context with the app)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or () if k.lower() in _NAMES}
-        if scope["type"] != "http" or "traceparent" not in found:
-            await self.app(scope, receive, send)
-            return
-        token = TRACE_HEADERS.set(found)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            TRACE_HEADERS.reset(token)
+def trace_headers(scope: Scope) -> dict[str, str] | None:
+    """The request's ``traceparent`` / ``tracestate`` headers (names lower-case), or None without a
+    ``traceparent``. The entry (:class:`~agentcache.proxy._entry.ProxyApp`) sets them in
+    :data:`~agentcache.session._lifecycle.TRACE_HEADERS` while the request is served and resets them after (an
+    in-process client shares its context with the app)."""
+    found = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers") or () if k.lower() in _NAMES}
+    return found if "traceparent" in found else None
 
 
 def tracing_sink(sinks: list[Any]) -> Any:

@@ -53,6 +53,7 @@ from ..model._types import Engine
 
 __all__ = [
     "CLOSES_AFTER_STREAM",
+    "ONE_WRITE",
     "ClosesAfterStream",
     "ShardedTransport",
     "UpstreamClient",
@@ -61,6 +62,9 @@ __all__ = [
     "parsed_url",
 ]
 
+#: Request bodies up to this many bytes go upstream in one write (with the request's headers): the aiohttp transport
+#: writes them at once, and the relay reads a body declared this small whole before sending it.
+ONE_WRITE = 64 * 1024
 #: Engines whose HTTP server closes a keep-alive connection after every streamed (chunked) response (see the
 #: module docstring for the source).
 CLOSES_AFTER_STREAM = frozenset({Engine.LLAMA_CPP})
