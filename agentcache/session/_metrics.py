@@ -110,12 +110,12 @@ class PrometheusSink:
     registry raises ``ValueError``). ``namespace``: the names' prefix."""
 
     def __init__(self, registry: Any = None, namespace: str = "agentcache") -> None:
-        try:
-            prometheus = importlib.import_module("prometheus_client")
+        try:  # the instruments with memoised labels (one place: the proxy's own are made there too)
+            instruments = importlib.import_module("agentcache.session._instruments")
         except ImportError:
             raise ConfigError(f"PrometheusSink needs prometheus_client: {install_hint('sinks')}") from None
-        reg = registry if registry is not None else prometheus.REGISTRY
-        counter, ns = prometheus.Counter, namespace
+        reg = registry if registry is not None else importlib.import_module("prometheus_client").REGISTRY
+        counter, ns = instruments.Counter, namespace
         self.events = counter(
             "session_events", "agentcache session lifecycle events", ["event"], namespace=ns, registry=reg
         )
@@ -153,7 +153,7 @@ class PrometheusSink:
             namespace=ns,
             registry=reg,
         )
-        self.saved = prometheus.Gauge(
+        self.saved = instruments.Gauge(
             "saved_usd",
             "USD saved: simulated as_sent minus agentcache",
             namespace=ns,
@@ -167,7 +167,7 @@ class PrometheusSink:
             namespace=ns,
             registry=reg,
         )
-        self.hold_seconds = prometheus.Histogram(
+        self.hold_seconds = instruments.Histogram(
             "coalesce_hold_seconds",
             "Seconds a held request waited for its sibling's first byte",
             namespace=ns,
@@ -181,13 +181,13 @@ class PrometheusSink:
             registry=reg,
         )
         for name in EVENTS:  # export every series from the start, at 0
-            self.events.labels(event=name)
+            self.events.labels(name)
         for outcome in HOLD_OUTCOMES:
-            self.held.labels(outcome=outcome)
+            self.held.labels(outcome)
 
     def __call__(self, event: LifecycleEvent) -> None:
         """Count ``event``; for a turn, also its usage (``source="turn"``) and its cost (``arm="reported"``)."""
-        self.events.labels(event=event.event).inc()
+        self.events.labels(event.event).inc()
         report = event.report
         if report is None:
             return
@@ -205,7 +205,7 @@ class PrometheusSink:
     def coalesced(self, hold: Hold) -> None:
         """Count one held request (a :class:`~agentcache.session._coalesce.Hold`): its outcome, seconds held and
         the write tokens it saved (estimated)."""
-        self.held.labels(outcome=hold.outcome).inc()
+        self.held.labels(hold.outcome).inc()
         self.hold_seconds.observe(hold.waited_s)
         self.saved_write_tokens.inc(hold.saved_tokens)
 
