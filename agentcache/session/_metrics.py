@@ -91,16 +91,17 @@ def model_label(provider: str, model: str | None) -> str:
     return rules.model if rules.known else "other"
 
 
+#: Each API's provider label (:func:`provider_label`): a dict lookup where ``Api(api)`` was ~1.5 µs a request.
+_API_PROVIDER: dict[str, str] = {str(a): a.provider.value for a in Api}
+
+
 def provider_label(api: str, engine: bool) -> str:
     """The ``provider`` label of a request speaking ``api``: ``engine`` when its session plans for a local engine,
     else the provider whose API it is (``anthropic`` for Messages, ``openai`` for Chat Completions and
     Responses; ``other`` for an unknown API)."""
     if engine:
         return "engine"
-    try:
-        return Api(api).provider.value
-    except ValueError:
-        return "other"
+    return _API_PROVIDER.get(api, "other")
 
 
 class PrometheusSink:
@@ -229,9 +230,9 @@ class PrometheusSink:
         comes from the turn's event, so ``recorded.reported`` is not counted again."""
         label = model_label(provider, model)
         if recorded.brk is not None:
-            self.breaks.labels(provider, recorded.brk.cause, str(recorded.brk.repaired).lower()).inc()
-        for miss in recorded.misses:
-            self.misses.labels(provider, miss.arm, miss.cause).inc()
+            self.breaks.labels(provider, str(recorded.brk.cause), str(recorded.brk.repaired).lower()).inc()
+        for miss in recorded.misses:  # causes as their label text: the memoised children take exact strs only
+            self.misses.labels(provider, miss.arm, str(miss.cause)).inc()
         results = recorded.results
         for arm, res in results.items():
             self.cost.labels(provider, label, arm).inc(res.usage.cost_usd)
