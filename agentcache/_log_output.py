@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -117,12 +118,32 @@ def _structlog_formatter(renderer: str) -> logging.Formatter:
         steps += [structlog.processors.TimeStamper(fmt="iso"), structlog.processors.format_exc_info]
         final = [structlog.processors.JSONRenderer()]
     else:
-        steps.append(structlog.processors.TimeStamper(fmt="%Y-%m-%d %H:%M:%S", utc=False))
+        steps.append(_LocalSecond("%Y-%m-%d %H:%M:%S"))
         final = [short_form, structlog.dev.ConsoleRenderer(colors=stderr_is_tty(), sort_keys=False, pad_event_to=20)]
     return structlog.stdlib.ProcessorFormatter(
         processors=[*steps, structlog.stdlib.ProcessorFormatter.remove_processors_meta, *final],
         foreign_pre_chain=steps,
     )
+
+
+class _LocalSecond:
+    """structlog processor: the local time as ``timestamp`` in ``fmt`` (to the second: ``time.strftime`` codes),
+    as ``TimeStamper(fmt=fmt, utc=False)`` writes it, but formatted once per second: its ``astimezone()`` took
+    ~20 µs of every line (a proxy writes one per request)."""
+
+    __slots__ = ("_fmt", "_last")
+
+    def __init__(self, fmt: str) -> None:
+        self._fmt = fmt
+        self._last = (-1, "")  # (second, its text): one object, so threads never see one without the other
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        second = int(time.time())
+        last = self._last
+        if last[0] != second:
+            last = self._last = (second, time.strftime(self._fmt, time.localtime(second)))
+        event["timestamp"] = last[1]
+        return event
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ four significant digits, nested mappings flattened to dotted keys, lists joined 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
@@ -71,19 +71,20 @@ VIEWS["session.turn"] += _USAGE
 def short_form(logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
     """structlog processor: ``event`` in its console form (see the module docstring)."""
     out = {k: event[k] for k in _FRAME if k in event}
-    view = VIEWS.get(str(event.get("event")))
-    shown = {label: _get(event, path) for label, path in view} if view is not None else event
-    fields = _flatten({k: v for k, v in shown.items() if k not in _FRAME})
-    for label, value in fields:
-        text = readable(value)
-        if text:
-            out[label] = text
+    view = _paths(str(event.get("event")))
+    shown = {label: _first(event, paths) for label, paths in view} if view is not None else event
+    _put(out, {k: v for k, v in shown.items() if k not in _FRAME}, "")
     return out
 
 
 def readable(value: Any) -> str:
     """``value`` as a console field: ``""`` for None and empty values (left out), an enum member's value,
     a float to four significant digits (integers past 10,000 rounded to units), a list joined with commas."""
+    kind = type(value)
+    if kind is str:  # the common cases first, by exact type (a subclass, an enum member, takes the checks below)
+        return str(value)
+    if kind is int:
+        return str(value)
     if value is None:
         return ""
     if isinstance(value, Enum):
@@ -97,21 +98,44 @@ def readable(value: Any) -> str:
     return str(value)
 
 
-def _get(event: Mapping[str, Any], paths: str) -> Any:
-    """The value at the first of the ``|``-separated dotted ``paths`` in ``event`` that has one, else None."""
-    for path in paths.split("|"):
+#: Per event name, its view and the view's paths split once: ``(view, ((label, ((key, ...), ...)), ...))``. Built
+#: on first use and rebuilt when :data:`VIEWS` names another tuple for the event (the line is written per request).
+_SPLIT: dict[str, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]]] = {}
+
+
+def _paths(name: str) -> tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] | None:
+    """The view of event ``name`` with its ``|``-separated dotted paths split into keys, or None (no view)."""
+    view = VIEWS.get(name)
+    if view is None:
+        return None
+    split = _SPLIT.get(name)
+    if split is None or split[0] is not view:
+        keys = tuple((label, tuple(tuple(p.split(".")) for p in paths.split("|"))) for label, paths in view)
+        split = _SPLIT[name] = (view, keys)
+    return split[1]
+
+
+def _first(event: Mapping[str, Any], paths: tuple[tuple[str, ...], ...]) -> Any:
+    """The value at the first of ``paths`` (each a tuple of keys, one per nesting level) that has one, else None."""
+    for keys in paths:
         value: Any = event
-        for key in path.split("."):
-            value = value.get(key) if isinstance(value, Mapping) else None
+        for key in keys:
+            if type(value) is not dict and not isinstance(value, Mapping):
+                value = None
+                break
+            value = value.get(key)
         if value is not None:
             return value
     return None
 
 
-def _flatten(fields: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """``(dotted key, value)`` for every leaf of ``fields`` (nested mappings walked)."""
+def _put(out: dict[str, str], fields: Mapping[str, Any], prefix: str) -> None:
+    """Every leaf of ``fields`` (nested mappings walked, keys dotted after ``prefix``) into ``out`` as
+    :func:`readable` text, the empty ones left out."""
     for key, value in fields.items():
-        if isinstance(value, Mapping):
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
+        if type(value) is dict or (type(value) is not str and isinstance(value, Mapping)):
+            _put(out, value, f"{prefix}{key}.")
+            continue
+        text = readable(value)
+        if text:
+            out[f"{prefix}{key}"] = text

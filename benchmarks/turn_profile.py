@@ -14,6 +14,8 @@ Run: ``python benchmarks/turn_profile.py [--api anthropic|openai] [--size BYTES]
 * ``--redis URL``: the session store in Redis (a private key prefix per app, deleted after);
 * ``--profile N``: cProfile of the same turns, the ``N`` costliest functions (``--sort``, default cumulative);
 * ``--diagnose-pair``: the diagnosis of one divergent pair alone, before and after (thread CPU, alternating);
+* ``--parts``: the thread CPU per turn of each step after the last byte (:data:`PARTS`; each includes what it
+  calls), run from each checkout for a before / after of that part of the turn;
 * ``--compare A,B``: two apps, one per named variant (see :func:`_variants`), driven turn by turn on the same
   bodies, each going first on half of the turns of every kind (the second finds the process-wide memos warm);
   prints B / A of the medians, 90th percentiles and means, per clock: a change measured before and after in one
@@ -26,6 +28,8 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import importlib
+import inspect
 import io
 import json
 import logging
@@ -59,6 +63,20 @@ _OPENAI_CHUNKS = [
     b"data: [DONE]\n\n",
 ]
 ROUTES = {"anthropic": "/v1/messages", "openai": "/v1/chat/completions"}
+#: The steps after the last byte ``--parts`` times: (module, function or ``Class.method``).
+PARTS = (
+    ("agentcache.proxy._finish", "_report"),
+    ("agentcache.proxy._finish", "count_response"),
+    ("agentcache.session._turn", "Turn.finish"),
+    ("agentcache.proxy._live", "LiveReport.record"),
+    ("agentcache.analysis._ledger", "Ledger.record"),
+    ("agentcache.simulate._anthropic", "AnthropicSimulator.run"),
+    ("agentcache.session._metrics", "PrometheusSink.__call__"),
+    ("agentcache.session._metrics", "PrometheusSink.record"),
+    ("agentcache.proxy._finish", "_log_request"),
+    ("agentcache._logview", "short_form"),
+    ("structlog.dev", "ConsoleRenderer.__call__"),
+)
 
 
 def _openai(body: bytes) -> bytes:
@@ -284,6 +302,39 @@ def diagnose_pair(api: str, size: int, rounds: int = 200) -> tuple[str, float, f
     return cause, statistics.median(times[_classify_messages_before]), statistics.median(times[after])
 
 
+def timed_parts() -> dict[str, list[float]]:
+    """Wrap every :data:`PARTS` step so that its thread CPU time adds up: ``{name: [seconds, calls]}``."""
+    totals: dict[str, list[float]] = {}
+    for module, name in PARTS:
+        owner: Any = importlib.import_module(module)
+        *cls, attr = name.split(".")
+        for c in cls:
+            owner = getattr(owner, c)
+        totals[name] = total = [0.0, 0.0]
+        func = getattr(owner, attr)
+        if inspect.iscoroutinefunction(func):
+
+            async def timed_async(*a: Any, _f: Any = func, _t: list[float] = total, **k: Any) -> Any:
+                t0 = time.thread_time()
+                try:
+                    return await _f(*a, **k)
+                finally:
+                    _t[0], _t[1] = _t[0] + time.thread_time() - t0, _t[1] + 1
+
+            setattr(owner, attr, timed_async)
+        else:
+
+            def timed(*a: Any, _f: Any = func, _t: list[float] = total, **k: Any) -> Any:
+                t0 = time.thread_time()
+                try:
+                    return _f(*a, **k)
+                finally:
+                    _t[0], _t[1] = _t[0] + time.thread_time() - t0, _t[1] + 1
+
+            setattr(owner, attr, timed)
+    return totals
+
+
 def _p90(ms: list[float]) -> float:
     return statistics.quantiles(ms, n=10)[-1]
 
@@ -299,12 +350,14 @@ def main() -> None:
     parser.add_argument("--sort", default="cumulative", help="the profile's order (pstats: cumulative, tottime)")
     parser.add_argument("--diagnose-pair", action="store_true", help="time one divergent pair's diagnosis, then exit")
     parser.add_argument("--compare", help="two variants (see _variants), comma-separated: B / A printed")
+    parser.add_argument("--parts", action="store_true", help="thread CPU per turn of each step after the last byte")
     args = parser.parse_args()
     if args.diagnose_pair:
         cause, before, after = diagnose_pair(args.api, args.size)
         print(f"{cause}: before {before:.3f} ms, after {after:.3f} ms, after / before {after / before:.3f}")
         return
     profile = cProfile.Profile() if args.profile else None
+    parts = timed_parts() if args.parts else {}
     with _quiet_log():
         times = asyncio.run(run(args, profile))
     for name, clocks in times.items():
@@ -318,6 +371,9 @@ def main() -> None:
             p50, mean = statistics.median(y) / statistics.median(x), statistics.fmean(y) / statistics.fmean(x)
             p90 = _p90(y) / _p90(x)
             print(f"{b} / {a} ({clock}): p50 {p50:.3f}, p90 {p90:.3f}, mean {mean:.3f}")
+    for name, (seconds, calls) in parts.items():  # per turn driven, the warm-up included
+        turns = args.turns + 20
+        print(f"{name}: {seconds / turns * 1000:.4f} ms per turn ({calls / turns:.2f} calls per turn)")
     if profile is not None:
         out = io.StringIO()
         pstats.Stats(profile, stream=out).sort_stats(args.sort).print_stats(args.profile)

@@ -72,8 +72,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from ..session._instruments import Counter, Gauge, Histogram
 from ..session._metrics import PrometheusSink, model_label
 from ._multiproc import collect_workers
 
