@@ -9,7 +9,9 @@ Run: ``python benchmarks/turn_profile.py [--api anthropic|openai] [--size BYTES]
   the tau-bench airline trajectories (the first 20 turns warm up), with the log line written at ``info`` (the
   console renderer, as ``agentcache proxy`` writes it) to ``/dev/null``; ``cpu-first``: the same for the
   conversations' first turns alone (each continues the conversation before it as a ``messages.compacted`` break, as
-  session inference reads ``proxy_bench.py``'s conversations);
+  session inference reads ``proxy_bench.py``'s conversations; with ``--interleave`` most are new sessions);
+  ``cpu-before`` / ``cpu-before-first``: the thread's CPU time until the mock upstream got the request (what the
+  request waits for), every turn / first turns;
 * ``--api openai``: the same conversations as Chat Completions bodies on ``/v1/chat/completions``;
 * ``--redis URL``: the session store in Redis (a private key prefix per app, deleted after);
 * ``--profile N``: cProfile of the same turns, the ``N`` costliest functions (``--sort``, default cumulative);
@@ -113,11 +115,16 @@ def _order(convs: list[list[bytes]], interleave: int) -> Iterator[tuple[int, int
             yield from ((c, t, conv[t]) for c, conv in group if t < len(conv))
 
 
+#: The thread's CPU time when the mock upstream last got a request (``cpu-before``: a turn's work before the call).
+_REACHED = [0.0]
+
+
 def _upstream(api: str) -> httpx.MockTransport:
     chunks = _OPENAI_CHUNKS if api == "openai" else _CHUNKS
     payload = b"".join(chunks)
 
     async def handler(request: httpx.Request) -> httpx.Response:
+        _REACHED[0] = time.thread_time()
         await request.aread()
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=payload)
 
@@ -237,7 +244,8 @@ def _variants() -> dict[str, Callable[[], None]]:
 async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None) -> dict[str, dict[str, list[float]]]:
     """Drive the turns; per variant (one unless ``--compare``), ms per turn: ``wall`` (elapsed) and ``cpu`` (this
     thread's CPU time: the work itself, not the waits for a core on a shared machine, nor Redis's own time), and
-    ``cpu-first`` (``cpu`` of the conversations' first turns only)."""
+    ``cpu-first`` (``cpu`` of the conversations' first turns only); ``cpu-before``: ``cpu`` until the upstream got
+    the request (the work the request waits for), and ``cpu-before-first`` the same of the first turns."""
     names = args.compare.split(",") if args.compare else ["same"]
     apps = []
     for _ in names:
@@ -246,7 +254,8 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
         apps.append(create_app(config, transport=_upstream(args.api)))
     variants = _variants()
     convs = bodies(args.api, args.size, args.turns + 20, args.interleave)
-    times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": [], "cpu-first": []} for n in names}
+    clocks = ("wall", "cpu", "cpu-first", "cpu-before", "cpu-before-first")
+    times: dict[str, dict[str, list[float]]] = {n: {c: [] for c in clocks} for n in names}
     path = ROUTES[args.api]
     async with contextlib.AsyncExitStack() as stack:
         for app in apps:
@@ -268,8 +277,10 @@ async def run(args: argparse.Namespace, profile: cProfile.Profile | None = None)
                 if k >= 20:
                     times[names[i]]["wall"].append(dt * 1000)
                     times[names[i]]["cpu"].append(dc * 1000)
+                    times[names[i]]["cpu-before"].append((_REACHED[0] - c0) * 1000)
                     if t == 0:  # a conversation's first turn: a divergent one (see the module docstring)
                         times[names[i]]["cpu-first"].append(dc * 1000)
+                        times[names[i]]["cpu-before-first"].append((_REACHED[0] - c0) * 1000)
         if args.redis:
             for app in apps:
                 redis = app.state.proxy.store.redis
@@ -366,7 +377,7 @@ def main() -> None:
             print(f"{name} {clock}: p50 {statistics.median(ms):.3f} ms, mean {statistics.fmean(ms):.3f} ms ({n} turns)")
     if args.compare:
         a, b = args.compare.split(",")
-        for clock in ("wall", "cpu", "cpu-first"):
+        for clock in times[a]:
             x, y = times[a][clock], times[b][clock]
             p50, mean = statistics.median(y) / statistics.median(x), statistics.fmean(y) / statistics.fmean(x)
             p90 = _p90(y) / _p90(x)

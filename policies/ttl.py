@@ -27,6 +27,7 @@ sending when ``k·r·(P+T) < (w5 − r)·(P+T)`` for the ``k`` refreshes needed 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -69,9 +70,17 @@ class KeepWarmDecision:
 def long_gap_probability(gaps: Sequence[float], limit: float, decay: float = _DECAY) -> float:
     """Estimated probability that the next gap exceeds ``limit`` seconds: recent gaps weigh more
     (weight ``decay**age``), so a session whose long pauses are over soon stops paying for 1h."""
-    weights = [decay**age for age in range(len(gaps) - 1, -1, -1)]
+    weights, total = _weights(len(gaps), decay)
     n_long = sum(w for w, g in zip(weights, gaps, strict=True) if g > limit)
-    return (n_long + _PRIOR_LONG) / (sum(weights) + _PRIOR_N)
+    return (n_long + _PRIOR_LONG) / (total + _PRIOR_N)
+
+
+@functools.lru_cache(maxsize=64)
+def _weights(n: int, decay: float) -> tuple[tuple[float, ...], float]:
+    """The weights of ``n`` gaps, oldest first, and their sum: the same for every turn with ``n`` gaps (a session
+    keeps its last 32), so computed once, not twice a turn."""
+    weights = tuple(decay**age for age in range(n - 1, -1, -1))
+    return weights, sum(weights)
 
 
 def choose_ttl(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 from agentcache import diagnose
 from agentcache.adapters import canonicalize
 from agentcache.model._canonical import common_prefix
@@ -136,6 +138,38 @@ def test_block_cache_rebuilds_only_new_messages() -> None:
     third = canonicalize("anthropic.messages", body, cache=cache)
     assert third.chain == canonicalize("anthropic.messages", body).chain != second.chain
     assert first.chain == second.chain[: len(first.chain)]
+
+
+def test_a_new_conversation_reuses_the_tools_and_system_another_built() -> None:
+    from agentcache._exceptions import InputError
+    from agentcache.model._build import BlockCache
+    from agentcache.model._rawjson import loads
+
+    def build(body: dict[str, object], counter: TokenCounter | None = None) -> tuple[object, ...]:
+        value, raw = loads(json.dumps(body).encode())
+        cache = BlockCache()
+        cache.begin(raw)
+        req = canonicalize("anthropic.messages", value, counter=counter, cache=cache)
+        assert req.chain == canonicalize("anthropic.messages", value, counter=counter).chain
+        return req.head
+
+    one, other = _body(3), _body(5)
+    other["messages"] = anthropic_messages(5, run=1)
+    first, second = build(one), build(other)
+    assert all(a is b for a, b in zip(first, second, strict=True) if a.section != "option")  # type: ignore[attr-defined]
+    # Blocks are a function of the token counter too: another counter's are its own.
+    third = build(other, TokenCounter(memo_size=10))
+    assert not any(a is b for a, b in zip(first, third, strict=True))
+    # A tool that repeats a key is refused in every conversation (only checked units are kept).
+    bad = _body(3)
+    bad["tools"] = [{"name": "t", "name ": "x", "input_schema": {"type": "object", "type ": "object"}}]
+    text = json.dumps(bad).replace('"name ": "x"', '"name": "x"')
+    for _ in range(2):
+        value, raw = loads(text.encode())
+        cache = BlockCache()
+        cache.begin(raw)
+        with pytest.raises(InputError):
+            canonicalize("anthropic.messages", value, cache=cache)
 
 
 # ---- markers only where the APIs define them (issue 12) ------------------------------------------------------
@@ -321,3 +355,29 @@ def test_value_digest_of_a_unit_too_deep_to_read_is_its_bytes() -> None:
     finally:
         sys.setrecursionlimit(old)
     assert da == da2 and da != db
+
+
+def test_static_blocks_are_bounded_by_entries_and_characters() -> None:
+    from agentcache.model._static import StaticBlocks
+
+    counter, api = TokenCounter(memo_size=10), "anthropic.messages"
+    memo = StaticBlocks(keep=3, budget=10_000)
+    for i in range(5):
+        memo.put(api, ("tools", str(i)), counter, ())
+    assert len(memo) == 3 and memo.get(api, ("tools", "1"), counter) is None
+    assert memo.get(api, ("tools", "4"), counter) == ()
+    assert memo.get("openai.chat", ("tools", "4"), counter) is None  # another wire's blocks differ
+    assert memo.get(api, ("tools", "4"), TokenCounter(memo_size=10)) is None  # and another counter's
+    memo = StaticBlocks(keep=10, budget=400)
+    memo.put(api, ("system", "x" * 101), counter, ())  # over a quarter of the budget: not kept
+    assert len(memo) == 0
+    for c in "abcd":
+        memo.put(api, ("system", c * 100), counter, ())
+    assert len(memo) == 4  # 400 characters: at the budget
+    memo.put(api, ("system", "e" * 100), counter, ())
+    assert len(memo) == 4 and memo.get(api, ("system", "a" * 100), counter) is None
+    assert memo.get(api, ("system", "b" * 100), counter) == ()  # used: now the most recent
+    memo.put(api, ("system", "f" * 100), counter, ())
+    assert memo.get(api, ("system", "c" * 100), counter) is None and memo.get(api, ("system", "b" * 100), counter) == ()
+    memo.put(api, ("system", "f" * 100), counter, ())  # again: counted once
+    assert len(memo) == 4

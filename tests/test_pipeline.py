@@ -129,3 +129,24 @@ def test_planning_twice_changes_nothing_more() -> None:
         twice = again.prepare("anthropic.messages", prep.body)
         assert twice.body == prep.body
         pipe.commit(prep)
+
+
+def test_the_clients_divergence_is_diagnosed_when_read_and_breaks_agrees_with_it() -> None:
+    from agentcache.analysis._diagnose import diagnose
+
+    pairs = 0
+    for path in sorted(CASES.glob("*.json")):
+        case = json.loads(path.read_text())
+        pipe = SessionPipeline("anthropic" if case["api"] == "anthropic.messages" else "openai")
+        for r in case["requests"]:
+            prep = pipe.prepare(case["api"], r["body"])
+            pipe.commit(prep)
+            if prep.diverged is None:
+                continue
+            # Nothing before the upstream call asked for the classification: the plan needs only breaks().
+            assert prep.diverged._done is None
+            d = prep.divergence
+            assert d == diagnose(prep.diverged.prev, prep.client) and prep.divergence is d
+            assert prep.diverged.breaks() == (d is not None and (d.cause is not None or d.ephemeral > 0))
+            pairs += 1
+    assert pairs > 20

@@ -83,6 +83,35 @@ def extends(prev: CanonicalRequest, new: CanonicalRequest) -> bool:
     return _ephemeral_tail(prev, n, new.blocks[n] if n < len(new.blocks) else None)
 
 
+class Diagnosis:
+    """``diagnose(prev, new)``, computed once, when first asked for (:meth:`value`): a request's divergence from
+    the client's previous one is for the reports, which read it after the upstream call; what the plan needs of
+    it before (:meth:`breaks`) is one prefix comparison. Equal when the divergences are."""
+
+    __slots__ = ("_done", "new", "prev")
+
+    def __init__(self, prev: CanonicalRequest, new: CanonicalRequest) -> None:
+        self.prev, self.new = prev, new
+        self._done: tuple[Divergence] | None = None
+
+    def value(self) -> Divergence:
+        """The divergence (:func:`diagnose`)."""
+        if self._done is None:
+            self._done = (diagnose(self.prev, self.new),)
+        return self._done[0]
+
+    def breaks(self) -> bool:
+        """``value().cause is not None or value().ephemeral``: ``new`` does not extend all of ``prev`` (a break,
+        or the client dropped trailing blocks of its last message), without classifying how."""
+        return common_prefix(self.prev, self.new) < len(self.prev.blocks)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Diagnosis) and self.value() == other.value()
+
+    def __hash__(self) -> int:
+        return hash(self.value())
+
+
 def _ephemeral_tail(prev: CanonicalRequest, n: int, nb: Block | None) -> bool:
     """Whether blocks ``n..`` of ``prev`` are trailing blocks of its newest message (which keeps its first block)
     and the new request's block ``nb`` at ``n`` begins the next message: the client dropped them and went on."""

@@ -14,6 +14,7 @@ from ._canonical import Block, CanonicalRequest, Marker, digest, marker_at
 from ._causes import Section
 from ._rawjson import NestingTooDeep, RawBody, has_duplicates
 from ._rawjson import encode as _encode
+from ._static import STATIC as _STATIC
 from ._tokens import TokenCounter, default_counter
 
 __all__ = ["BlockCache", "Builder", "chain_of", "rebuild", "shared_run"]
@@ -158,6 +159,10 @@ class Builder:
         if self._cache is None:
             return ("", "")
         key, hit = self._cache.get(position, unit)
+        if hit is None and isinstance(position, str):  # tools, system: another conversation may have built them
+            hit = _STATIC.get(self.api, key, self._counter)
+            if hit is not None:
+                self._cache.put(key, hit)
         if hit is None:
             self._mark = len(self._blocks)
             return key
@@ -195,7 +200,10 @@ class Builder:
     def store(self, key: tuple[str | int, str]) -> None:
         """File the blocks added since :meth:`reuse` returned ``key``."""
         if self._cache is not None:
-            self._cache.put(key, tuple(self._blocks[self._mark :]))
+            blocks = tuple(self._blocks[self._mark :])
+            self._cache.put(key, blocks)
+            if isinstance(key[0], str):
+                _STATIC.put(self.api, key, self._counter, blocks)
 
     def option(self, key: str, value: Any) -> None:
         """Add an option block (zero tokens) named by its top-level key."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._config import Settings, get_settings
 from ..adapters import apply, canonicalize, reshaped, wire_for
-from ..analysis._diagnose import Divergence, diagnose
+from ..analysis._diagnose import Diagnosis, Divergence, diagnose
 from ..analysis._repair import RepairPlan, Sent, ToolMemory, plan_repairs, repaired_request
 from ..model._build import BlockCache, rebuild
 from ..model._canonical import CanonicalRequest, static_end, unmarked, with_markers
@@ -55,19 +55,19 @@ class Prepared:
     ``body``: the wire body to send (the client's own object when nothing changed). ``client``: the client's
     request, canonical. ``planned``: what is sent, canonical, markers included. ``before``: what the session
     sent before (None for its first request). ``divergence``: ``client`` against the client's previous request
-    (None for the first). ``repairs``: the causes repaired. ``markers``: block paths given a marker, with the
-    reason for each in ``marker_reasons``. ``ttl``: the TTL decision (Anthropic), else None. ``at``: the
-    request's time (seconds; None when unknown). ``plan``: the target's decisions. ``state``: the session's
-    state once this request was sent (installed by :meth:`SessionPipeline.commit`). ``headers``: the
-    ``(name, value)`` headers the door adds when it sends ``body`` (:func:`with_headers`). ``diagnosed``: the
-    request asks the provider to compare it with the session's last response (setting ``provider_diagnostics``).
-    """
+    (None for the first), diagnosed by ``diverged`` when first read (the reports, after the upstream call).
+    ``repairs``: the causes repaired. ``markers``: block paths given a marker, with the reason for each in
+    ``marker_reasons``. ``ttl``: the TTL decision (Anthropic), else None. ``at``: the request's time (seconds; None
+    when unknown). ``plan``: the target's decisions. ``state``: the session's state once this request was sent
+    (installed by :meth:`SessionPipeline.commit`). ``headers``: the ``(name, value)`` headers the door adds when it
+    sends ``body`` (:func:`with_headers`). ``diagnosed``: the request asks the provider to compare it with the
+    session's last response (setting ``provider_diagnostics``)."""
 
     body: dict[str, Any]
     client: CanonicalRequest
     planned: CanonicalRequest
     before: CanonicalRequest | None
-    divergence: Divergence | None
+    diverged: Diagnosis | None
     repairs: tuple[Cause, ...]
     markers: tuple[str, ...]
     marker_reasons: tuple[str, ...]
@@ -77,6 +77,11 @@ class Prepared:
     state: PipelineState
     headers: tuple[tuple[str, str], ...] = ()
     diagnosed: bool = False
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """See the class docstring: diagnosed when first read."""
+        return self.diverged.value() if self.diverged is not None else None
 
 
 def sibling_depth(req: CanonicalRequest, sibling: tuple[bytes, ...]) -> int | None:
@@ -122,7 +127,7 @@ class _Pass:
     spawns: tuple[float, ...]
     given: CanonicalRequest | None
     client: CanonicalRequest = field(init=False)
-    div: Divergence | None = field(init=False)
+    div: Diagnosis | None = field(init=False)
     work: CanonicalRequest = field(init=False)
     work_body: dict[str, Any] = field(init=False)
     volatile: VolatileMemory = field(init=False)
@@ -204,7 +209,7 @@ class SessionPipeline:
         for step in (self._canonicalize, self._move_volatile, self._repair, self._plan, self._apply):
             step(p)
         return Prepared(
-            body=p.wire, client=p.client, planned=p.planned, before=p.before, divergence=p.div,
+            body=p.wire, client=p.client, planned=p.planned, before=p.before, diverged=p.div,
             repairs=p.repair.repaired, markers=p.tplan.paths, marker_reasons=p.tplan.reasons, ttl=p.tplan.ttl,
             at=now, plan=p.tplan, state=self._next_state(p), headers=p.plan.headers,
             diagnosed=isinstance(p.plan.diagnostics, str),
@@ -221,7 +226,7 @@ class SessionPipeline:
         else:
             p.client = p.work = canonicalize(p.api, p.body, cache=self.cache)
         last = p.last
-        p.div = diagnose(last.client, p.client) if last is not None and last.client is not None else None
+        p.div = Diagnosis(last.client, p.client) if last is not None and last.client is not None else None
 
     def _move_volatile(self, p: _Pass) -> None:
         """Setting ``move_volatile`` (Anthropic): system lines seen changing move out of the cached prefix."""
@@ -238,7 +243,7 @@ class SessionPipeline:
         p.repair = plan_repairs(p.work, p.work_body, last, p.tools)
         p.rep = repaired_request(p.work, p.repair, (last.request,) if last is not None else ())
         p.learned = st.learned
-        if last is not None and p.div is not None and (p.div.cause is not None or p.div.ephemeral):
+        if last is not None and p.div is not None and p.div.breaks():
             p.learned = learn(st.learned, last.request, p.rep, diagnose(last.request, p.rep))
 
     def _plan(self, p: _Pass) -> None:
@@ -258,7 +263,8 @@ class SessionPipeline:
         plan = p.repair.plan.merged(p.tplan.wire).merged(self.target.diagnostics(inp))
         if plan.markers is not None:
             marked = {m for i in p.rep.marked if (m := p.rep.blocks[i].message) is not None}
-            plan = replace(plan, marked=frozenset(marked) | _replaced(p.repair))
+            # Messages re-sent in an earlier form too: the marker writer visits them (they may carry old markers).
+            plan = replace(plan, marked=frozenset(marked) | frozenset(p.repair.messages))
         p.plan = plan
 
     def _apply(self, p: _Pass) -> None:
@@ -370,11 +376,6 @@ def with_headers(headers: Mapping[str, str] | None, add: tuple[tuple[str, str], 
         if value not in have:
             out[key] = ",".join([*have, value])
     return out
-
-
-def _replaced(repair: RepairPlan) -> frozenset[int]:
-    """Messages re-sent in an earlier form: the marker writer visits them (they may carry old markers)."""
-    return frozenset(repair.messages)
 
 
 def _forms(
