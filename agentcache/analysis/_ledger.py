@@ -159,19 +159,14 @@ class Ledger:
             rep.parent, rep.lineage = parent, lineage
         rep.requests += 1
         sc = self._scope(f"{scope}\x00{t.name}", t)
+        gap, rep.last = request > 0 and rep.last != request - 1, request
+        if gap and self.simulated:
+            self._prime(sc, prepared, session, request, lineage)
         now = sc.last = max(sc.last, prepared.at if prepared.at is not None else sc.last)
         results: dict[str, SimResult] = {}
         if self.simulated:
-            results["as_sent"] = sc.sims["as_sent"].run(prepared.client, now)
-            results["agentcache"] = sc.sims["agentcache"].run(prepared.planned, now)
-            if COALESCED in sc.sims:
-                results[COALESCED] = sc.sims[COALESCED].run(prepared.planned, now)
-            for name in self.strategies:
-                if name in STRATEGIES:
-                    req = apply_strategy(name, prepared.client)
-                else:
-                    req = sc.keys.apply(name, prepared.client, session, request, lineage or session, prepared.at)
-                results[name] = sc.sims[name].run(req, now)
+            arms = self._arms(sc, prepared.client, prepared.planned, (session, request, lineage, prepared.at))
+            results = {arm: sc.sims[arm].run(req, now) for arm, req in arms.items()}
         brk = self._break(session, request, prepared, sc.static, results.get("agentcache"))
         if brk is not None:
             self._push(self.breaks, brk)
@@ -280,6 +275,37 @@ class Ledger:
         planned = prepared.planned
         fixed = agentcache is not None and agentcache.matched_tokens >= planned.tokens_before(static_end(planned))
         return BreakRecord(session, request, path, cause, lost, fixed, other, _span(span, path))
+
+    def _prime(self, sc: _Scope, prepared: Any, session: str, request: int, lineage: str | None) -> None:
+        """The session's previous request, which this ledger did not record (another worker or replica served it,
+        or the ledger had dropped the session), written into the simulated caches as it was sent, uncounted: what
+        this request finds there is then what it found upstream, not a session start again. At the previous
+        request's time when known (never before the scope's clock), else the scope's clock."""
+        planned, diverged = prepared.before, prepared.diverged
+        if planned is None:
+            return
+        client = diverged.prev if diverged is not None else planned
+        times = prepared.state.times
+        at = sc.last = max(sc.last, times[-2] if len(times) >= 2 and prepared.state.timed else sc.last)
+        for arm, req in self._arms(sc, client, planned, (session, request - 1, lineage, at)).items():
+            sc.sims[arm].run(req, at)
+        sc.static.add(session, client)
+
+    def _arms(
+        self, sc: _Scope, client: Any, planned: Any, where: tuple[str, int, str | None, float | None]
+    ) -> dict[str, Any]:
+        """The request each simulated arm sends for the client's request ``client`` that agentcache sent as
+        ``planned``: ``where`` is ``(session, request index, lineage, time)`` (the key strategies' inputs)."""
+        session, request, lineage, at = where
+        out = {"as_sent": client, "agentcache": planned}
+        if COALESCED in sc.sims:
+            out[COALESCED] = planned
+        for name in self.strategies:
+            if name in STRATEGIES:
+                out[name] = apply_strategy(name, client)
+            else:
+                out[name] = sc.keys.apply(name, client, session, request, lineage or session, at)
+        return out
 
     def _session(self, session: str) -> SessionReport:
         rep = self.sessions.get(session)

@@ -272,6 +272,8 @@ class SessionReport:
     model: str | None = None
     started: float | None = None
     usd_lost: float = 0.0
+    #: the 0-based index of the session's last request recorded (not in the JSON)
+    last: int = -1
 
     def to_dict(self) -> dict[str, Any]:
         """JSON object."""
