@@ -8,13 +8,14 @@ except under CI (``$CI`` set), where ``.ci/run`` installs it and a missing one f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -70,14 +71,22 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+@contextlib.asynccontextmanager
+async def replicas(fake: FakeUpstream, url: str) -> AsyncIterator[tuple[tuple[Any, Any], tuple[Any, Any]]]:
+    """Two proxies in front of ``fake`` sharing the Redis at ``url`` under a key prefix of their own:
+    ``((client, state), (client, state))``."""
+    prefix = "t-" + uuid.uuid4().hex[:8]
+    async with (
+        proxy(fake, redis_url=url, redis_prefix=prefix) as (one, state1, _),
+        proxy(fake, redis_url=url, redis_prefix=prefix) as (two, state2, _),
+    ):
+        yield (one, state1), (two, state2)
+
+
 def test_two_replicas_serve_one_inferred_session_alternately(redis_url: str) -> None:
     async def scenario() -> None:
         fake = FakeUpstream()
-        prefix = "t-" + uuid.uuid4().hex[:8]
-        async with (
-            proxy(fake, redis_url=redis_url, redis_prefix=prefix) as (one, state1, _),
-            proxy(fake, redis_url=redis_url, redis_prefix=prefix) as (two, state2, _),
-        ):
+        async with replicas(fake, redis_url) as ((one, state1), (two, state2)):
             first = anthropic_body(conversation(1))
             sids = []
             with capture_logs() as logs:
@@ -112,11 +121,7 @@ def test_a_continuing_turn_reads_only_its_deepest_heads(redis_url: str) -> None:
 
     async def scenario() -> None:
         fake = FakeUpstream()
-        prefix = "t-" + uuid.uuid4().hex[:8]
-        async with (
-            proxy(fake, redis_url=redis_url, redis_prefix=prefix) as (one, state1, _),
-            proxy(fake, redis_url=redis_url, redis_prefix=prefix) as (two, state2, _),
-        ):
+        async with replicas(fake, redis_url) as ((one, state1), (two, state2)):
             calls: list[int] = []
             for state in (state1, state2):
                 hits = state.store._hits  # type: ignore[attr-defined]

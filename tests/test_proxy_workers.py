@@ -379,17 +379,24 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _private_proxy(upstream: str) -> tuple[subprocess.Popen[str], dict[str, Any], dict[str, Any]]:
+    """``agentcache proxy --workers 2`` without --redis-url in front of ``upstream``: the process, its
+    ``proxy.private_redis`` line and its ``proxy.start`` line."""
+    argv = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--port", "0", "--workers", "2"]
+    proc = subprocess.Popen([*argv, "--upstream", upstream], stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    return proc, json.loads(proc.stderr.readline()), json.loads(proc.stderr.readline())
+
+
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (apt-get install redis-server)")
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
 def test_workers_without_a_redis_url_share_a_private_redis(stop: signal.Signals) -> None:
     """More than one worker and no --redis-url: the proxy runs a private redis-server (a Unix socket in a 0700
     directory), the workers share one session through it, and it stops with the proxy, even one killed outright."""
     with ServerThread(_upstream()) as upstream:
-        argv = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--port", "0", "--workers", "2"]
-        proc = subprocess.Popen([*argv, "--upstream", upstream.url], stderr=subprocess.PIPE, text=True)
+        proc, private, start = _private_proxy(upstream.url)
         try:
             assert proc.stderr is not None
-            private, start = json.loads(proc.stderr.readline()), json.loads(proc.stderr.readline())
             assert private["event"] == "proxy.private_redis" and start["store"] == "redis" and start["workers"] == 2
             sock = Path(private["socket"])
             assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700 and _alive(private["pid"])
@@ -419,11 +426,9 @@ def test_a_private_redis_that_dies_is_restarted() -> None:
     """The private redis-server killed under the proxy: it is started again on the same socket (its exit and the
     restart logged, no zombie left), and the workers' sessions go on in it (a session started over)."""
     with ServerThread(_upstream()) as upstream:
-        argv = [sys.executable, "-m", "agentcache", "--log-format", "json", "proxy", "--port", "0", "--workers", "2"]
-        proc = subprocess.Popen([*argv, "--upstream", upstream.url], stderr=subprocess.PIPE, text=True)
+        proc, private, start = _private_proxy(upstream.url)
         try:
             assert proc.stderr is not None
-            private, start = json.loads(proc.stderr.readline()), json.loads(proc.stderr.readline())
             _post(start["port"], "restart-1")
             os.kill(private["pid"], signal.SIGKILL)
             seen: list[dict[str, Any]] = []
