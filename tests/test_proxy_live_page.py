@@ -87,6 +87,8 @@ async def _tenant_only() -> None:
         assert "other-secret" in theirs.text and "helper" not in theirs.text
         denied = await client.get(f"/agentcache/?tenant={page.headers['x-agentcache-tenant']}")
         assert denied.status_code == 403
+        typed = await client.get("/agentcache", headers={"x-api-key": ANTHROPIC_KEY})  # as people type it
+        assert (typed.status_code, typed.headers["location"]) == (308, "/agentcache/")
         every = await client.get("/agentcache/", headers={"x-agentcache-admin-token": ADMIN})
         assert every.headers["x-agentcache-tenant"] == "*" and "other-secret" in every.text and "helper" in every.text
         assert (await client.get("/agentcache/", headers={"x-agentcache-admin-token": "wrong"})).status_code == 401

@@ -231,3 +231,37 @@ def test_health_with_a_live_redis(redis_url: str) -> None:
             assert r.json() == {"status": "ok", "store": "redis", "store_ok": True}
 
     run(scenario())
+
+
+def test_an_outage_is_two_lines_a_warning_and_when_it_answers_again() -> None:
+    """A store that fails is marked down for ``retry_after`` s (one warning per failed call); the first call that
+    succeeds afterwards says so once (``store.available``, with how long it was out)."""
+    from agentcache.session._redis import RedisStore
+    from agentcache.session._store import StoreUnavailable
+
+    class Script:
+        def __init__(self) -> None:
+            self.fail = True
+
+        def register_script(self, text: str) -> Any:
+            async def call(**kwargs: Any) -> Any:
+                if self.fail:
+                    raise ConnectionError("refused")
+                return []
+
+            return call
+
+    client = Script()
+    store = RedisStore(client, retry_after=0.0)
+
+    async def scenario() -> list[dict[str, Any]]:
+        with capture_logs() as logs:
+            with pytest.raises(StoreUnavailable):
+                await store._call("find", lambda: store._find(keys=["k"], args=[""]))
+            client.fail = False
+            for _ in range(2):
+                assert await store._call("find", lambda: store._find(keys=["k"], args=[""])) == []
+        return logs
+
+    events = [(e["event"], e.get("op")) for e in run(scenario())]
+    assert events == [("store.unavailable", "find"), ("store.available", "find")]

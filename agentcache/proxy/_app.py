@@ -40,7 +40,7 @@ import httpx
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from .._config import Settings
@@ -117,6 +117,9 @@ def create_app(
     async def page(request: Request) -> Response:
         return live_page(state, request)
 
+    async def to_page(request: Request) -> Response:  # the live page's address as people type it
+        return RedirectResponse("/agentcache/", status_code=308)
+
     async def close(request: Request) -> Response:
         sid = request.path_params["session_id"]
         tenant = tenant_of(request.headers, state.config.tenant_salt)
@@ -148,6 +151,7 @@ def create_app(
         close_route(close),
         Route("/agentcache/v1/report", report, methods=["GET"]),
         Route("/agentcache/", page, methods=["GET"]),
+        Route("/agentcache", to_page, methods=["GET"]),
         Route("/agentcache/v1/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]

@@ -169,6 +169,7 @@ class RedisStore:
         self.session_ttl, self.tombstone_ttl = int(session_ttl), int(tombstone_ttl)
         self.retry_after = retry_after
         self._down_until = 0.0
+        self._down_since = 0.0  # monotonic time of the first failure of the current outage (0: none)
         self._local: OrderedDict[tuple[str, str], Session] = OrderedDict()
         self.manager: Any = None
         self._find = client.register_script(_FIND)
@@ -201,11 +202,17 @@ class RedisStore:
         if time.monotonic() < self._down_until:
             raise StoreUnavailable(f"redis marked down ({op})", op=op)
         try:
-            return await call()
+            result = await call()
         except Exception as exc:
+            if not self._down_since:
+                self._down_since = time.monotonic()
             self._down_until = time.monotonic() + self.retry_after
             log.warning("store.unavailable", store="redis", op=op, error=type(exc).__name__, detail=str(exc)[:200])
             raise StoreUnavailable(f"redis {op}: {type(exc).__name__}", op=op) from exc
+        if self._down_since:  # one line when it answers again, with how long it did not
+            log.info("store.available", store="redis", op=op, down_s=round(time.monotonic() - self._down_since, 3))
+            self._down_since = 0.0
+        return result
 
     # ---- the AsyncSessionStore interface -------------------------------------------------------------
 
