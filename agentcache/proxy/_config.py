@@ -23,7 +23,15 @@ from .._exceptions import ConfigError
 from .._install import install_hint
 from ..model._types import parse_engine
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "UPSTREAMS", "ProxyConfig", "is_loopback", "load_proxy_config", "worker_count"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "UPSTREAMS",
+    "ProxyConfig",
+    "cores_available",
+    "is_loopback",
+    "load_proxy_config",
+    "worker_count",
+]
 
 #: Named upstreams and their origins.
 UPSTREAMS: dict[str, str] = {"anthropic": "https://api.anthropic.com", "openai": "https://api.openai.com"}
@@ -209,11 +217,16 @@ class ProxyConfig(BaseSettings):
         return is_loopback(urlsplit(self.upstream_url).hostname or "")
 
 
+def cores_available() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one, else the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def worker_count(value: str) -> int:
-    """A ``workers`` value given as text: ``N`` (at least 1) or ``auto`` (the cores this process may run on).
+    """A ``workers`` value given as text: ``N`` (at least 1) or ``auto`` (:func:`cores_available`).
     Raises ValueError for anything else."""
     if value.strip().lower() == "auto":
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return cores_available()
     try:
         n = int(value)
     except ValueError:

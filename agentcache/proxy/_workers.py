@@ -40,7 +40,7 @@ from starlette.types import Receive, Scope, Send
 
 from .._config import Settings
 from .._log import get_logger
-from ._config import ProxyConfig
+from ._config import ProxyConfig, cores_available
 from ._multiproc import shared_metrics_dir
 from ._server import ProxyServerConfig
 
@@ -134,7 +134,7 @@ def with_store(config: ProxyConfig) -> Iterator[ProxyConfig]:
     """``config`` for the duration of the block, with a private ``redis-server`` as its Redis when it runs more than
     one worker without one (:func:`~agentcache.proxy._private_redis.private_redis`, stopped after). Raises
     ConfigError when it cannot run one."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = cores_available()
     if config.workers > cores:  # each worker is a whole process: more than the cores only adds memory
         log.warning("proxy.workers_exceed_cores", workers=config.workers, cores=cores, hint="--workers auto")
     if config.workers == 1 or config.redis_url:
