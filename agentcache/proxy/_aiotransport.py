@@ -44,7 +44,7 @@ from aiohttp.client_proto import ResponseHandler
 from multidict import CIMultiDict
 from yarl import URL
 
-from ._transport import ONE_WRITE, Watch, parsed_url
+from ._transport import ONE_WRITE, Watch, Watched, parsed_url
 
 __all__ = ["AiohttpTransport"]
 
@@ -124,7 +124,7 @@ def _chunked(response: aiohttp.ClientResponse) -> bool:
     return "chunked" in response.headers.get("transfer-encoding", "").lower()
 
 
-class AiohttpTransport(httpx.AsyncBaseTransport):
+class AiohttpTransport(Watched, httpx.AsyncBaseTransport):
     """httpx's transport interface on one ``aiohttp.ClientSession`` (module docstring). ``limits``: the total
     in-flight requests (``max_connections``; None: unbounded) and the idle expiry; ``proxy``: an HTTP proxy URL for
     every request; ``trust_env``: TLS settings from the environment; ``on_stale(action)`` counts stale-connection
@@ -147,15 +147,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._timeouts: dict[tuple[Any, ...], aiohttp.ClientTimeout] = {}
         self._urls: dict[str, URL] = {}  # parsed once (as UpstreamClient's)
         self.in_flight = 0  # requests sent whose response is not closed yet
-
-    @property
-    def closes_after_stream(self) -> bool:
-        """Whether connections are closed after each chunked response (``_transport.py``'s module docstring)."""
-        return self.watch.closes_after_stream
-
-    @closes_after_stream.setter
-    def closes_after_stream(self, value: bool) -> None:
-        self.watch.closes_after_stream = value
 
     def _open(self) -> aiohttp.ClientSession:
         connector = _Connector(

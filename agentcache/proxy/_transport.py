@@ -58,6 +58,7 @@ __all__ = [
     "ShardedTransport",
     "UpstreamClient",
     "Watch",
+    "Watched",
     "env_proxy",
     "parsed_url",
 ]
@@ -197,6 +198,22 @@ class Watch:
             self.on_stale(action)
 
 
+class Watched:
+    """A transport (both of the proxy's) whose connections one :class:`Watch` looks after: its
+    ``closes_after_stream`` (:class:`ClosesAfterStream`) is the watch's."""
+
+    watch: Watch
+
+    @property
+    def closes_after_stream(self) -> bool:
+        """Whether connections are closed after each chunked response (see the module docstring)."""
+        return self.watch.closes_after_stream
+
+    @closes_after_stream.setter
+    def closes_after_stream(self, value: bool) -> None:
+        self.watch.closes_after_stream = value
+
+
 class _Watched(httpcore.AsyncConnectionInterface):
     """One pooled httpcore connection, checked again right before a request is written (module docstring)."""
 
@@ -286,7 +303,7 @@ class _WatchedTransport(httpx.AsyncHTTPTransport):
         setattr(pool, "create_connection", create_connection)  # noqa: B010  # an instance hook, not a method
 
 
-class ShardedTransport(httpx.AsyncBaseTransport):
+class ShardedTransport(Watched, httpx.AsyncBaseTransport):
     """``shards`` ``httpx.AsyncHTTPTransport`` pools behind one transport (see the module docstring).
     ``limits`` are the totals; ``options`` go to every pool (``verify``, ``http2``, ``retries``...).
     ``on_stale(action)`` counts stale-connection actions; :attr:`closes_after_stream` (default False) makes
@@ -308,18 +325,9 @@ class ShardedTransport(httpx.AsyncBaseTransport):
             else math.ceil(limits.max_keepalive_connections / n),
             keepalive_expiry=limits.keepalive_expiry,
         )
-        self._watch = Watch(on_stale)
-        self._pools = [_WatchedTransport(self._watch, limits=per, **options) for _ in range(n)]
+        self.watch = Watch(on_stale)
+        self._pools = [_WatchedTransport(self.watch, limits=per, **options) for _ in range(n)]
         self._inflight = [0] * n
-
-    @property
-    def closes_after_stream(self) -> bool:
-        """Whether connections are closed after each chunked response (see the module docstring)."""
-        return self._watch.closes_after_stream
-
-    @closes_after_stream.setter
-    def closes_after_stream(self, value: bool) -> None:
-        self._watch.closes_after_stream = value
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` on the least busy pool."""
