@@ -13,7 +13,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,6 +49,17 @@ def not_found(writer: asyncio.StreamWriter) -> None:
     writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
 
 
+async def requests_to(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, start: bytes) -> AsyncIterator[bytes]:
+    """The head of every request whose head starts with ``start`` (the proxy's own start-up probes and any other
+    request are answered 404), until the connection ends."""
+    while True:
+        head, _ = await read_request(reader)
+        if head.startswith(start):
+            yield head
+        else:
+            not_found(writer)
+
+
 @contextmanager
 def proxy_to(url: str, **config: Any) -> Iterator[tuple[str, ProxyState]]:
     app = create_app(ProxyConfig(upstream=url, **{"upstream_client": "aiohttp", **config}), settings=settings())
@@ -60,11 +71,7 @@ def test_a_stream_is_relayed_chunk_by_chunk_before_the_upstream_sends_the_next()
     got_first = threading.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            head, _ = await read_request(reader)
-            if not head.startswith(b"POST /v1/messages"):
-                not_found(writer)
-                continue
+        async for _ in requests_to(reader, writer, b"POST /v1/messages"):
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             first = b'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":5}}}\n\n'
             writer.write(b"%x\r\n%s\r\n" % (len(first), first))
@@ -140,11 +147,7 @@ def test_connection_refused_is_a_502_in_the_callers_format() -> None:
 
 def test_a_silent_upstream_is_a_504_read_timeout() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            head, _ = await read_request(reader)
-            if not head.startswith(b"POST "):
-                not_found(writer)
-                continue
+        async for _ in requests_to(reader, writer, b"POST "):
             await asyncio.sleep(30)
 
     with RawUpstream(handler) as up, proxy_to(up.url, read_timeout=0.3) as (url, _state):
